@@ -1,0 +1,274 @@
+// Package finding is the wire contract between the node agent and the
+// controller: what an agent observed (a Finding), what state its monitors are
+// in (a MonitorState) and the envelope both travel in (a Report).
+//
+// Findings state facts, never actions: "Xid 79 on 0000:3b:00.0 at 12:00:01",
+// not "replace this node". Only the controller maps facts to a diagnosis
+// (DESIGN.md, decision 1). This package uses the standard library only, so the
+// agent binary stays small.
+package finding
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// SchemaVersion is the version of the Report envelope and of the finding
+// vocabulary (detector names and attribute keys) this package speaks. The
+// controller rejects a Report whose SchemaVersion it does not know with a 400
+// naming the versions it accepts.
+const SchemaVersion = "fleetrepair.dev/v1"
+
+// Detector names. A detector is the agent-side rule that produced a Finding;
+// the list mirrors the "Detectors used so far" table of the case corpus.
+const (
+	DetectorXid            = "xid"              // an "NVRM: Xid" line, any driver format
+	DetectorFallenOffBus   = "fallen-off-bus"   // the driver's off-the-bus message without an Xid number
+	DetectorGPUCount       = "gpu-count"        // fewer GPUs than expected (attr "missing")
+	DetectorRmInitFailed   = "rminit-failed"    // the driver failed to initialise a GPU
+	DetectorGSPError       = "gsp-error"        // GSP / PMU firmware messages without an Xid number
+	DetectorAERFatal       = "aer-fatal"        // PCIe AER uncorrected (fatal) error
+	DetectorAERNonFatal    = "aer-nonfatal"     // PCIe AER uncorrected (non-fatal) error
+	DetectorAERCorrectable = "aer-correctable"  // PCIe AER corrected error
+	DetectorDriverVersion  = "driver-version"   // driver version from the load banner (attr "value")
+	DetectorNVLinkInactive = "nvlink-inactive"  // NVLinks reported inactive
+	DetectorMonitoring     = "monitoring-plane" // the agent cannot reach its own data sources
+	DetectorUnparsed       = "unparsed"         // a kernel record the parser could not read (kept, counted)
+)
+
+// Well-known attribute keys of Finding.Attrs. Values are strings on the wire.
+const (
+	AttrCausedBy       = "caused_by"       // Xid 45: the Xid number named in "caused by previous Xid N"
+	AttrRecoveryAction = "recovery_action" // Xid 154: none|gpu-reset-required|node-reboot-required|drain-p2p|drain-and-reset
+	AttrPID            = "pid"             // process id from an Xid line, when known
+	AttrProcess        = "process"         // process name from an Xid line, when known
+	AttrSecondary      = "secondary"       // "true" when the Xid is a consequence of another (Xid 45)
+	AttrError          = "error"           // AER: the first error name (e.g. "Surprise Down Error")
+	AttrErrors         = "errors"          // AER: all error names, comma separated
+	AttrRecovery       = "recovery"        // AER: "failed" when the kernel reports recovery failed
+	AttrMissing        = "missing"         // gpu-count: number of GPUs missing
+	AttrValue          = "value"           // driver-version: the version string
+	AttrPCIID          = "pci_id"          // vendor:device id, e.g. "10de:26b5"
+	AttrMessage        = "message"         // gsp-error: the condensed message
+	AttrGPUIndex       = "gpu_index"       // gsp-error: the driver-internal GPU index
+	AttrErrorCode      = "error_code"      // rminit-failed: e.g. "0x24:0x72:1568"
+	AttrScope          = "scope"           // nvlink-inactive: "all-links" or a link list
+	AttrLines          = "lines"           // number of physical lines grouped into this finding
+)
+
+// Finding is one fact observed on one node. Its ID is an idempotency key: the
+// agent may send the same Finding more than once (at-least-once delivery) and
+// the controller stores it once.
+type Finding struct {
+	// ID is stable for the same observation: see NewID.
+	ID string `json:"id"`
+	// Detector names the agent-side rule that produced the Finding (Detector* constants).
+	Detector string `json:"detector"`
+	// Node is the Kubernetes Node name the agent runs on.
+	Node string `json:"node,omitempty"`
+	// BootID is the kernel boot ID (/proc/sys/kernel/random/boot_id) the
+	// observation belongs to; evidence from an earlier boot does not keep a
+	// rebooted node unhealthy.
+	BootID string `json:"bootID,omitempty"`
+	// Time is when the fault happened, from the kernel record's timestamp when
+	// it has one, else when the agent read it. Zero when unknown (dmesg -H deltas).
+	Time time.Time `json:"time"`
+	// GPUPCI is the PCI address of the affected GPU, normalised to
+	// "0000:bb:dd.f" lower case; empty when the fact is not about one GPU.
+	GPUPCI string `json:"gpuPCI,omitempty"`
+	// DevicePCI is the PCI address of the reporting device when it is not the
+	// GPU itself (an AER root port above the GPU).
+	DevicePCI string `json:"devicePCI,omitempty"`
+	// Xid is the NVIDIA Xid number (detector "xid"); 0 otherwise.
+	Xid int `json:"xid,omitempty"`
+	// Count is the number of logical events grouped into this Finding (>= 1).
+	Count int `json:"count"`
+	// Attrs holds detector-specific facts (Attr* keys).
+	Attrs map[string]string `json:"attrs,omitempty"`
+	// Evidence holds the raw kernel lines (or tool output) the Finding was read
+	// from, unchanged.
+	Evidence []string `json:"evidence,omitempty"`
+	// Seq is the /dev/kmsg sequence number of the first record, 0 when unknown.
+	Seq uint64 `json:"seq,omitempty"`
+}
+
+// NewID returns the idempotency key of a Finding: a hex SHA-256 over the node,
+// boot ID, detector, kernel sequence number (or time) and the first raw line.
+// The same record read twice, or resent after an agent restart, gets the same
+// ID; two different records never share one.
+func NewID(f Finding) string {
+	h := sha256.New()
+	first := ""
+	if len(f.Evidence) > 0 {
+		first = f.Evidence[0]
+	}
+	for _, s := range []string{f.Node, f.BootID, f.Detector, f.GPUPCI, strconv.Itoa(f.Xid),
+		strconv.FormatUint(f.Seq, 10), f.Time.UTC().Format(time.RFC3339Nano), first} {
+		h.Write([]byte(s))
+		h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil))[:32]
+}
+
+// Attr returns the attribute k, or "" when it is absent.
+func (f Finding) Attr(k string) string { return f.Attrs[k] }
+
+// Monitor states (DESIGN.md, decision 2). Never repair on Unknown.
+const (
+	StateOK      = "ok"      // the monitor observed the hardware and it is healthy
+	StateFailing = "failing" // the monitor observed a fault
+	StateUnknown = "unknown" // the monitor could not tell (source unreachable, probe timed out)
+	StateAbsent  = "absent"  // not applicable (no GPU, monitor disabled)
+)
+
+// MonitorState is the state of one agent monitor in a heartbeat.
+type MonitorState struct {
+	Name   string    `json:"name"`
+	State  string    `json:"state"`
+	Since  time.Time `json:"since"`
+	Reason string    `json:"reason,omitempty"`
+}
+
+// Heartbeat carries what the controller needs beyond findings: monitor
+// states and inventory facts used for cohorts and lemon tracking.
+type Heartbeat struct {
+	Monitors      []MonitorState `json:"monitors,omitempty"`
+	DriverVersion string         `json:"driverVersion,omitempty"`
+	KernelVersion string         `json:"kernelVersion,omitempty"`
+	GPUCount      int            `json:"gpuCount,omitempty"`
+	// Lost is the number of kernel records the agent knows it missed
+	// (/dev/kmsg EPIPE gaps) since it started.
+	LostRecords uint64 `json:"lostRecords,omitempty"`
+}
+
+// Report is the envelope an agent POSTs to the controller
+// (POST /api/v1/reports, Content-Type application/json).
+type Report struct {
+	// SchemaVersion must be SchemaVersion.
+	SchemaVersion string `json:"schemaVersion"`
+	// Cluster is the name the controller knows the agent's cluster by.
+	Cluster string `json:"cluster"`
+	// Node is the reporting node; every Finding must be for this node.
+	Node         string     `json:"node"`
+	BootID       string     `json:"bootID"`
+	AgentVersion string     `json:"agentVersion,omitempty"`
+	SentAt       time.Time  `json:"sentAt"`
+	Findings     []Finding  `json:"findings"`
+	Heartbeat    *Heartbeat `json:"heartbeat,omitempty"`
+}
+
+// MaxFindingsPerReport bounds one Report, so one request cannot exhaust the
+// controller's memory.
+const MaxFindingsPerReport = 1000
+
+// ValidationError lists every problem found in a Report, one message per field
+// (for example "findings[3].detector: required").
+type ValidationError struct {
+	Problems []string
+}
+
+func (e *ValidationError) Error() string {
+	return "invalid report: " + strings.Join(e.Problems, "; ")
+}
+
+// Validate checks a Report before anything of it is stored. It returns a
+// *ValidationError listing every problem, or nil.
+func (r *Report) Validate() error {
+	var p []string
+	if r.SchemaVersion != SchemaVersion {
+		p = append(p, fmt.Sprintf("schemaVersion: %q is not supported (supported: %q)", r.SchemaVersion, SchemaVersion))
+	}
+	if r.Cluster == "" {
+		p = append(p, "cluster: required")
+	}
+	if r.Node == "" {
+		p = append(p, "node: required")
+	}
+	if len(r.Findings) > MaxFindingsPerReport {
+		p = append(p, fmt.Sprintf("findings: %d findings exceed the limit of %d per report", len(r.Findings), MaxFindingsPerReport))
+	}
+	for i, f := range r.Findings {
+		at := fmt.Sprintf("findings[%d]", i)
+		if f.ID == "" {
+			p = append(p, at+".id: required")
+		} else if len(f.ID) > 128 {
+			p = append(p, at+".id: longer than 128 characters")
+		}
+		if f.Detector == "" {
+			p = append(p, at+".detector: required")
+		}
+		if f.Node != "" && f.Node != r.Node {
+			p = append(p, fmt.Sprintf("%s.node: %q differs from the report's node %q (an agent reports only for its own node)", at, f.Node, r.Node))
+		}
+		if f.Count < 1 {
+			p = append(p, at+".count: must be >= 1")
+		}
+		if f.Xid < 0 {
+			p = append(p, at+".xid: must be >= 0")
+		}
+		if f.Detector == DetectorXid && f.Xid == 0 {
+			p = append(p, at+".xid: required for detector \"xid\"")
+		}
+	}
+	if r.Heartbeat != nil {
+		for i, m := range r.Heartbeat.Monitors {
+			switch m.State {
+			case StateOK, StateFailing, StateUnknown, StateAbsent:
+			default:
+				p = append(p, fmt.Sprintf("heartbeat.monitors[%d].state: %q is not one of ok, failing, unknown, absent", i, m.State))
+			}
+		}
+	}
+	if len(p) > 0 {
+		return &ValidationError{Problems: p}
+	}
+	return nil
+}
+
+// ErrNotPCI is returned by NormalizePCI for a string that is not a PCI address.
+var ErrNotPCI = errors.New("not a PCI address")
+
+// NormalizePCI turns the PCI address spellings found in NVIDIA driver and
+// kernel messages into the canonical "dddd:bb:dd.f" lower-case form:
+// "0000:3b:00" -> "0000:3b:00.0", "PCI:0000:3B:00" -> "0000:3b:00.0",
+// "3b:00.0" -> "0000:3b:00.0", "00000000:3b:00.0" (nvidia-smi) -> "0000:3b:00.0".
+func NormalizePCI(s string) (string, error) {
+	s = strings.ToLower(strings.TrimSpace(s))
+	s = strings.TrimPrefix(s, "pci:")
+	fn := "0"
+	if i := strings.LastIndexByte(s, '.'); i >= 0 {
+		fn = s[i+1:]
+		s = s[:i]
+	}
+	parts := strings.Split(s, ":")
+	switch len(parts) {
+	case 2:
+		parts = append([]string{"0000"}, parts...)
+	case 3:
+	default:
+		return "", fmt.Errorf("normalize %q: %w", s, ErrNotPCI)
+	}
+	dom := parts[0]
+	if len(dom) == 8 && strings.HasPrefix(dom, "0000") { // nvidia-smi prints an 8-digit domain
+		dom = dom[4:]
+	}
+	if len(dom) != 4 || len(parts[1]) != 2 || len(parts[2]) != 2 || len(fn) != 1 ||
+		!isHex(dom+parts[1]+parts[2]) || fn[0] < '0' || fn[0] > '7' {
+		return "", fmt.Errorf("normalize %q: %w", s, ErrNotPCI)
+	}
+	return dom + ":" + parts[1] + ":" + parts[2] + "." + fn, nil
+}
+
+func isHex(s string) bool {
+	for _, c := range s {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
