@@ -1,0 +1,163 @@
+package diagnose_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/fleetrepair/fleetrepair/agent/finding"
+	"github.com/fleetrepair/fleetrepair/controller/diagnose"
+)
+
+const casesDir = "../../test/fixtures/cases"
+
+// expectedCase is the part of a case's expected.yaml the controller side
+// reads (cases/README.md).
+type expectedCase struct {
+	ID        string           `json:"id"`
+	Kind      string           `json:"kind"`
+	Findings  []map[string]any `json:"findings"`
+	Diagnosis struct {
+		Severity   string   `json:"severity"`
+		FaultClass string   `json:"fault_class"`
+		Action     string   `json:"action"`
+		EscalateTo string   `json:"escalate_to"`
+		MustNot    []string `json:"must_not"`
+	} `json:"diagnosis"`
+}
+
+// pendingCases are controller-side cases whose detectors (NVML, DCGM,
+// device plugin, runtime, Kubernetes objects) arrive with issue #4. The test
+// fails when one of them starts passing, so this list stays true.
+var pendingCases = map[string]string{
+	"c06": "row-remap-pending detector (NVML) not classified yet",
+	"c08": "dcgm-health detector not classified yet",
+	"c11": "nvml-error / runtime-wedge detectors not classified yet",
+	"c12": "nvml-error / device-plugin detectors not classified yet",
+	"c14": "device-plugin detector not classified yet",
+	"c15": "dcgm-diag detector not classified yet",
+	"c16": "dcgm-metric detector not classified yet",
+	"c19": "runtime-wedge detector not classified yet",
+	"c23": "nodeclaim-status detector not built yet",
+}
+
+func loadCases(t *testing.T) []expectedCase {
+	t.Helper()
+	dirs, err := filepath.Glob(filepath.Join(casesDir, "c*"))
+	if err != nil || len(dirs) == 0 {
+		t.Fatalf("no cases under %s: %v", casesDir, err)
+	}
+	sort.Strings(dirs)
+	var out []expectedCase
+	for _, d := range dirs {
+		b, err := os.ReadFile(filepath.Join(d, "expected.yaml"))
+		if err != nil {
+			t.Fatalf("read %s: %v", d, err)
+		}
+		var c expectedCase
+		if err := yaml.Unmarshal(b, &c); err != nil {
+			t.Fatalf("decode %s: %v", d, err)
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// toFinding converts an expected finding (snake_case keys as in
+// expected.yaml) into the wire type; keys other than the Finding fields
+// become attributes.
+func toFinding(t *testing.T, caseID string, i int, m map[string]any) finding.Finding {
+	t.Helper()
+	f := finding.Finding{Count: 1, Attrs: map[string]string{}, Node: "node-a1"}
+	for k, v := range m {
+		switch k {
+		case "detector":
+			f.Detector = fmt.Sprint(v)
+		case "gpu_pci":
+			if v != nil {
+				f.GPUPCI = fmt.Sprint(v)
+			}
+		case "device_pci":
+			f.DevicePCI = fmt.Sprint(v)
+		case "xid":
+			f.Xid = int(v.(float64))
+		case "count":
+			f.Count = int(v.(float64))
+		default:
+			f.Attrs[k] = attrString(v)
+		}
+	}
+	f.Evidence = []string{fmt.Sprintf("%s finding %d", caseID, i)}
+	f.ID = finding.NewID(f)
+	return f
+}
+
+func attrString(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return ""
+	case float64:
+		return fmt.Sprint(x)
+	case []any:
+		parts := make([]string, len(x))
+		for i, e := range x {
+			parts[i] = fmt.Sprint(e)
+		}
+		return strings.Join(parts, ",")
+	}
+	return fmt.Sprint(v)
+}
+
+// TestCases runs every controller-side case of the corpus: the expected
+// findings go through the rules and the headline diagnosis must match
+// severity, fault class and action (cases/README.md, "Controller").
+func TestCases(t *testing.T) {
+	t.Parallel()
+	eng, err := diagnose.New(diagnose.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	for _, c := range loadCases(t) {
+		if c.Kind == "fleet-scenario" || len(c.Findings) == 0 {
+			continue // replayed by the fleet simulator, not here
+		}
+		t.Run(c.ID, func(t *testing.T) {
+			t.Parallel()
+			var fs []finding.Finding
+			for i, m := range c.Findings {
+				fs = append(fs, toFinding(t, c.ID, i, m))
+			}
+			ds := eng.Diagnose(diagnose.Input{Node: "node-a1", Findings: fs, Now: now})
+			h := diagnose.Headline(ds)
+			got := fmt.Sprintf("%s/%s/%s", h.Severity, h.FaultClass, h.Action)
+			want := fmt.Sprintf("%s/%s/%s", c.Diagnosis.Severity, c.Diagnosis.FaultClass, c.Diagnosis.Action)
+			if why, pending := pendingCases[c.ID]; pending {
+				if got == want {
+					t.Fatalf("case %s now passes: remove it from pendingCases", c.ID)
+				}
+				t.Skipf("pending (issue #4): %s", why)
+			}
+			if got != want {
+				t.Fatalf("headline = %s (%s), want %s\nall: %+v", got, h.Reason, want, ds)
+			}
+			conditions := 0
+			for _, d := range ds {
+				if d.Severity == "condition" {
+					conditions++
+				}
+			}
+			// must_not: "open two incidents" / "open eight incidents" — the
+			// kernel cases with one faulty component give one condition.
+			if want := map[string]int{"c01": 1, "c02": 1, "c03": 1, "c04": 1, "c09": 1, "c18": 1, "c05": 2}[c.ID]; want != 0 && conditions != want {
+				t.Errorf("condition diagnoses = %d, want %d: %+v", conditions, want, ds)
+			}
+		})
+	}
+}

@@ -1,0 +1,571 @@
+// Package diagnose turns a node's findings into diagnoses: reason codes from
+// the catalog with their severity, fault class and recommended action.
+//
+// It is pure: no I/O, no clock of its own (the caller passes Now), so every
+// rule is table-tested in microseconds. The rules follow cases/README.md and
+// cases/xid-actions.md (our summary of NVIDIA's Xid catalog):
+//
+//   - One incident, one diagnosis: an Xid 79, the Xid-less "fallen off the
+//     bus" message, a fatal AER under that GPU and a GPU-count drop on one
+//     node are one GPULost diagnosis carrying all the evidence.
+//   - Condition-class signals on the same GPU are one incident, named after
+//     the most disruptive (then highest-priority) reason among them. NVLink
+//     faults are one node-level incident.
+//   - Application-class Xids (13, 31, 43, 45, ...) are events. Xid 45 is
+//     attributed to the Xid it names ("caused by previous Xid N") or, without
+//     that suffix, to a condition incident on the same GPU.
+//   - Xid 154 states the recovery action the driver requires; it joins the
+//     incident on its GPU and can raise its action (a reboot outranks a reset).
+//   - Escalation (action -> escalateTo) when the fault returns after the first
+//     remedy: a second Xid 154 "changed from None" on the same GPU (the GPU was
+//     reset in between), repeated GPU init attempts, or the same fault class
+//     on the same GPU in an earlier boot (lemon detection, keyed by PCI
+//     address; GPU serials join this once agents report them).
+//   - Evidence from an earlier boot never makes the current boot unhealthy.
+package diagnose
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/fleetrepair/fleetrepair/agent/finding"
+	"github.com/fleetrepair/fleetrepair/controller/catalog"
+)
+
+// Options configures an Engine.
+type Options struct {
+	// Catalog is the reason catalog; nil means catalog.Default().
+	Catalog *catalog.Catalog
+	// RepeatProcesses is how many distinct processes must hit the same
+	// application-class Xid on one GPU within RepeatWindow before it becomes
+	// a condition (RepeatedApplicationXid). Default 3.
+	RepeatProcesses int
+	// RepeatWindow is the sliding window for RepeatProcesses. Default 1h.
+	RepeatWindow time.Duration
+}
+
+// Engine applies the diagnosis rules. It is safe for concurrent use.
+type Engine struct {
+	cat             *catalog.Catalog
+	repeatProcesses int
+	repeatWindow    time.Duration
+}
+
+// New returns an Engine. It returns an error for invalid options.
+func New(o Options) (*Engine, error) {
+	if o.Catalog == nil {
+		o.Catalog = catalog.Default()
+	}
+	if o.RepeatProcesses == 0 {
+		o.RepeatProcesses = 3
+	}
+	if o.RepeatWindow == 0 {
+		o.RepeatWindow = time.Hour
+	}
+	if o.RepeatProcesses < 2 {
+		return nil, fmt.Errorf("new diagnose engine: RepeatProcesses must be >= 2, got %d", o.RepeatProcesses)
+	}
+	if o.RepeatWindow < 0 {
+		return nil, fmt.Errorf("new diagnose engine: RepeatWindow must be positive, got %s", o.RepeatWindow)
+	}
+	return &Engine{cat: o.Catalog, repeatProcesses: o.RepeatProcesses, repeatWindow: o.RepeatWindow}, nil
+}
+
+// Catalog returns the engine's reason catalog.
+func (e *Engine) Catalog() *catalog.Catalog { return e.cat }
+
+// Input is everything the rules look at for one node.
+type Input struct {
+	Cluster string
+	Node    string
+	// BootID is the node's current boot. Findings of other boots are history:
+	// they only escalate. Empty means every finding is of the current boot
+	// (a dmesg file scanned offline).
+	BootID string
+	// Findings of the node, any order, current boot and history.
+	Findings []finding.Finding
+	// Now is the evaluation time (the injected clock).
+	Now time.Time
+}
+
+// Diagnosis is one incident on one node.
+type Diagnosis struct {
+	Cluster       string           `json:"cluster,omitempty"`
+	Node          string           `json:"node"`
+	BootID        string           `json:"bootID,omitempty"`
+	Reason        string           `json:"reason"`
+	ConditionType string           `json:"conditionType,omitempty"`
+	Severity      catalog.Severity `json:"severity"`
+	FaultClass    string           `json:"faultClass"`
+	// Action is the recommended action, after escalation.
+	Action     catalog.Action `json:"action"`
+	EscalateTo catalog.Action `json:"escalateTo,omitempty"`
+	// Escalated is true when Action was raised because the fault returned.
+	Escalated bool   `json:"escalated,omitempty"`
+	Urgency   string `json:"urgency,omitempty"`
+	// GPUs are the PCI addresses involved, sorted; empty for node-level faults.
+	GPUs []string `json:"gpus,omitempty"`
+	// TolerationSeconds is how long the condition must persist before the
+	// repair is executed (catalog default; policy may override).
+	TolerationSeconds int64     `json:"tolerationSeconds,omitempty"`
+	FirstSeen         time.Time `json:"firstSeen"`
+	LastSeen          time.Time `json:"lastSeen"`
+	// Count is the number of logical events behind the diagnosis.
+	Count      int      `json:"count"`
+	FindingIDs []string `json:"findingIDs"`
+	// Evidence summarises each finding ("xid 79 on 0000:02:00.0").
+	Evidence       []string `json:"evidence"`
+	Message        string   `json:"message"`
+	CatalogVersion string   `json:"catalogVersion"`
+}
+
+// Toleration returns TolerationSeconds as a duration.
+func (d Diagnosis) Toleration() time.Duration { return time.Duration(d.TolerationSeconds) * time.Second }
+
+// signal is one finding classified into a reason.
+type signal struct {
+	reason     string
+	gpu        string
+	nodeLevel  bool           // belongs to a node-level incident (NVLink, GPU count)
+	attachable bool           // joins a condition incident on its GPU when one exists
+	recovery   catalog.Action // Xid 154: the action the driver requires
+	f          finding.Finding
+}
+
+// incident is a group of signals that make one Diagnosis.
+type incident struct {
+	key     string
+	reason  catalog.Reason
+	signals []signal
+	gpus    map[string]bool
+}
+
+// Diagnose applies the rules to one node's findings. The result is ordered:
+// condition diagnoses first (most disruptive action first, then catalog
+// priority), then events. An empty result means nothing to report.
+func (e *Engine) Diagnose(in Input) []Diagnosis {
+	current, history := splitBoots(in)
+	sigs := e.classifyAll(current)
+	incidents := e.group(sigs, in.Now)
+
+	var out []Diagnosis
+	for _, inc := range incidents {
+		out = append(out, e.toDiagnosis(in, inc, e.historyClasses(history)))
+	}
+	sort.SliceStable(out, func(i, j int) bool { return less(e.cat, out[i], out[j]) })
+	return out
+}
+
+// Headline returns the diagnosis that decides the node's state: the first of
+// a Diagnose result, or a severity-none diagnosis when there is none.
+func Headline(ds []Diagnosis) Diagnosis {
+	if len(ds) == 0 {
+		return Diagnosis{Severity: catalog.SeverityNone, FaultClass: "none", Action: catalog.ActionNone}
+	}
+	return ds[0]
+}
+
+func less(c *catalog.Catalog, a, b Diagnosis) bool {
+	if a.Severity.Rank() != b.Severity.Rank() {
+		return a.Severity.Rank() > b.Severity.Rank()
+	}
+	if a.Action.Rank() != b.Action.Rank() {
+		return a.Action.Rank() > b.Action.Rank()
+	}
+	pa, pb := c.MustLookup(a.Reason).Priority, c.MustLookup(b.Reason).Priority
+	if pa != pb {
+		return pa < pb
+	}
+	return a.FirstSeen.Before(b.FirstSeen)
+}
+
+func splitBoots(in Input) (current, history []finding.Finding) {
+	for _, f := range in.Findings {
+		if in.BootID == "" || f.BootID == "" || f.BootID == in.BootID {
+			current = append(current, f)
+		} else {
+			history = append(history, f)
+		}
+	}
+	byTime := func(fs []finding.Finding) {
+		sort.SliceStable(fs, func(i, j int) bool { return fs[i].Time.Before(fs[j].Time) })
+	}
+	byTime(current)
+	byTime(history)
+	return current, history
+}
+
+// classify maps one finding to zero or one signal.
+func (e *Engine) classify(f finding.Finding) (signal, bool) {
+	s := signal{gpu: f.GPUPCI, f: f}
+	switch f.Detector {
+	case finding.DetectorXid:
+		switch f.Xid {
+		case 45:
+			if c, err := strconv.Atoi(f.Attr(finding.AttrCausedBy)); err == nil && c != 45 {
+				if r := xidReason(c); e.cat.MustLookup(r).Severity == catalog.SeverityCondition {
+					s.reason = r
+					s.nodeLevel = r == "NVLinkError"
+					return s, true
+				}
+			}
+			s.reason, s.attachable = "XidApplicationError", true
+		case 154:
+			a, ok := recoveryAction(f.Attr(finding.AttrRecoveryAction))
+			if !ok {
+				s.reason = "XidInformational"
+				return s, true
+			}
+			s.reason, s.attachable, s.recovery = "GPURecoveryActionRequired", true, a
+		default:
+			s.reason = xidReason(f.Xid)
+			if f.Xid >= 144 && f.Xid <= 150 && f.Attr("fatal") == "false" {
+				s.reason = "XidInformational"
+			}
+			s.nodeLevel = s.reason == "NVLinkError"
+		}
+	case finding.DetectorFallenOffBus:
+		s.reason = "GPULost"
+	case finding.DetectorGPUCount:
+		if n, err := strconv.Atoi(f.Attr(finding.AttrMissing)); err != nil || n <= 0 {
+			return s, false
+		}
+		s.reason = "GPULost"
+	case finding.DetectorAERFatal:
+		s.reason = "PCIeFatalError"
+	case finding.DetectorAERCorrectable, finding.DetectorAERNonFatal:
+		s.reason = "PCIeCorrectableErrors"
+	case finding.DetectorRmInitFailed:
+		s.reason = "GPUInitFailed"
+	case finding.DetectorGSPError:
+		s.reason = "GPUFirmwareError"
+		s.attachable = s.gpu == ""
+	case finding.DetectorNVLinkInactive:
+		s.reason, s.nodeLevel = "NVLinkError", true
+	case finding.DetectorMonitoring:
+		s.reason = "MonitoringPlaneUnavailable"
+	default:
+		// driver-version, unparsed and detectors newer than these rules carry
+		// no health verdict of their own.
+		return s, false
+	}
+	return s, true
+}
+
+func (e *Engine) classifyAll(fs []finding.Finding) []signal {
+	out := make([]signal, 0, len(fs))
+	for _, f := range fs {
+		if s, ok := e.classify(f); ok {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func (e *Engine) severity(reason string) catalog.Severity { return e.cat.MustLookup(reason).Severity }
+
+// group builds incidents from signals. See the package doc for the rules.
+func (e *Engine) group(sigs []signal, now time.Time) []*incident {
+	byKey := map[string]*incident{}
+	var order []*incident
+	get := func(key string) *incident {
+		if inc, ok := byKey[key]; ok {
+			return inc
+		}
+		inc := &incident{key: key, gpus: map[string]bool{}}
+		byKey[key] = inc
+		order = append(order, inc)
+		return inc
+	}
+	add := func(inc *incident, s signal) {
+		inc.signals = append(inc.signals, s)
+		if s.gpu != "" {
+			inc.gpus[s.gpu] = true
+		}
+	}
+
+	// GPUs lost from the bus: everything PCIe-fatal under them joins the loss.
+	lost := map[string]bool{}
+	anyLost := false
+	for _, s := range sigs {
+		if s.reason == "GPULost" {
+			anyLost = true
+			if s.gpu != "" {
+				lost[s.gpu] = true
+			}
+		}
+	}
+	condKey := func(s signal) string {
+		switch {
+		case s.reason == "GPULost", anyLost && s.reason == "PCIeFatalError" && (s.gpu == "" || lost[s.gpu]):
+			return "node/gpu-lost"
+		case s.nodeLevel:
+			return "node/" + s.reason
+		case s.gpu == "":
+			return "node/" + s.reason
+		}
+		return "gpu/" + s.gpu
+	}
+
+	// Pass 1: condition signals that are not attachable form incidents.
+	var attach, events []signal
+	for _, s := range sigs {
+		switch {
+		case s.attachable:
+			attach = append(attach, s)
+		case e.severity(s.reason) == catalog.SeverityCondition:
+			add(get(condKey(s)), s)
+		default:
+			events = append(events, s)
+		}
+	}
+	// Repeated application-class Xids on one GPU across processes.
+	repeated := e.repeatedAppXids(append(append([]signal(nil), events...), attach...), now)
+
+	// Pass 2: attachables join a condition incident on their GPU (or the only
+	// firmware incident, for GSP messages that name no PCI address).
+	findHost := func(s signal) *incident {
+		if s.gpu != "" {
+			if inc, ok := byKey["gpu/"+s.gpu]; ok {
+				return inc
+			}
+			for _, inc := range order {
+				if inc.gpus[s.gpu] {
+					return inc
+				}
+			}
+			return nil
+		}
+		var host *incident
+		for _, inc := range order {
+			for _, m := range inc.signals {
+				if e.cat.MustLookup(m.reason).FaultClass == e.cat.MustLookup(s.reason).FaultClass {
+					if host != nil && host != inc {
+						return nil // ambiguous
+					}
+					host = inc
+				}
+			}
+		}
+		return host
+	}
+	for _, s := range attach {
+		if host := findHost(s); host != nil {
+			add(host, s)
+			continue
+		}
+		if e.severity(s.reason) == catalog.SeverityCondition {
+			add(get(condKey(s)), s) // e.g. Xid 154 with no other fault on record
+			continue
+		}
+		events = append(events, s)
+	}
+	for gpu, ss := range repeated {
+		inc := byKey["gpu/"+gpu]
+		if inc == nil {
+			inc = get("gpu/" + gpu + "/repeated")
+		}
+		for _, s := range ss {
+			s.reason = "RepeatedApplicationXid"
+			add(inc, s)
+		}
+	}
+	// Events: one diagnosis per reason, GPU and Xid.
+	for _, s := range events {
+		add(get(fmt.Sprintf("event/%s/%s/%d", s.reason, s.gpu, s.f.Xid)), s)
+	}
+	for _, inc := range order {
+		inc.reason = e.headReason(inc)
+	}
+	return order
+}
+
+// repeatedAppXids returns, per GPU, the application-class Xid signals that
+// repeated across at least RepeatProcesses distinct processes within
+// RepeatWindow. Unknown pids ("<unknown>") do not count as distinct.
+func (e *Engine) repeatedAppXids(sigs []signal, now time.Time) map[string][]signal {
+	type key struct {
+		gpu string
+		xid int
+	}
+	groups := map[key][]signal{}
+	for _, s := range sigs {
+		if s.reason == "XidApplicationError" && s.gpu != "" {
+			groups[key{s.gpu, s.f.Xid}] = append(groups[key{s.gpu, s.f.Xid}], s)
+		}
+	}
+	out := map[string][]signal{}
+	for k, ss := range groups {
+		pids := map[string]bool{}
+		var in []signal
+		for _, s := range ss {
+			t := s.f.Time
+			if t.IsZero() {
+				t = now
+			}
+			if now.Sub(t) > e.repeatWindow {
+				continue
+			}
+			in = append(in, s)
+			if p := s.f.Attr(finding.AttrPID); p != "" && p != "<unknown>" {
+				pids[p] = true
+			}
+		}
+		if len(pids) >= e.repeatProcesses {
+			out[k.gpu] = append(out[k.gpu], in...)
+		}
+	}
+	return out
+}
+
+// headReason picks the reason naming the incident: the most disruptive
+// action, then the lowest catalog priority, among its non-attachable members.
+func (e *Engine) headReason(inc *incident) catalog.Reason {
+	var best catalog.Reason
+	for _, s := range inc.signals {
+		if s.attachable && len(inc.signals) > 1 && e.hasNonAttachable(inc) {
+			continue
+		}
+		r := e.cat.MustLookup(s.reason)
+		if best.Code == "" || r.Severity.Rank() > best.Severity.Rank() ||
+			r.Severity == best.Severity && (r.Action.Rank() > best.Action.Rank() ||
+				r.Action == best.Action && r.Priority < best.Priority) {
+			best = r
+		}
+	}
+	return best
+}
+
+func (e *Engine) hasNonAttachable(inc *incident) bool {
+	for _, s := range inc.signals {
+		if !s.attachable {
+			return true
+		}
+	}
+	return false
+}
+
+// historyClasses returns the fault classes of condition signals seen in
+// earlier boots, keyed by GPU ("" for node-level signals).
+func (e *Engine) historyClasses(history []finding.Finding) map[string]map[string]bool {
+	out := map[string]map[string]bool{}
+	for _, s := range e.classifyAll(history) {
+		r := e.cat.MustLookup(s.reason)
+		if r.Severity != catalog.SeverityCondition {
+			continue
+		}
+		g := s.gpu
+		if s.nodeLevel {
+			g = ""
+		}
+		if out[g] == nil {
+			out[g] = map[string]bool{}
+		}
+		out[g][r.FaultClass] = true
+	}
+	return out
+}
+
+func (e *Engine) toDiagnosis(in Input, inc *incident, hist map[string]map[string]bool) Diagnosis {
+	r := inc.reason
+	d := Diagnosis{
+		Cluster: in.Cluster, Node: in.Node, BootID: in.BootID,
+		Reason: r.Code, Severity: r.Severity, FaultClass: r.FaultClass,
+		Action: r.Action, EscalateTo: r.EscalateTo, Urgency: r.Urgency,
+		CatalogVersion: e.cat.Version,
+	}
+	if r.Severity == catalog.SeverityCondition {
+		d.ConditionType = r.ConditionType
+		d.TolerationSeconds = int64(r.TolerationDuration() / time.Second)
+	}
+	recoveries, initAttempts := 0, 0
+	for _, s := range inc.signals {
+		f := s.f
+		d.FindingIDs = append(d.FindingIDs, f.ID)
+		d.Evidence = append(d.Evidence, describe(f))
+		d.Count += max(f.Count, 1)
+		if !f.Time.IsZero() {
+			if d.FirstSeen.IsZero() || f.Time.Before(d.FirstSeen) {
+				d.FirstSeen = f.Time
+			}
+			if f.Time.After(d.LastSeen) {
+				d.LastSeen = f.Time
+			}
+		}
+		if s.recovery != "" && s.recovery != catalog.ActionNone {
+			recoveries += max(f.Count, 1)
+			if s.recovery.Rank() > d.Action.Rank() {
+				d.Action = s.recovery
+			}
+		}
+		if s.reason == "GPUInitFailed" {
+			initAttempts += max(f.Count, 1)
+		}
+	}
+	for g := range inc.gpus {
+		d.GPUs = append(d.GPUs, g)
+	}
+	sort.Strings(d.GPUs)
+	if d.FirstSeen.IsZero() {
+		d.FirstSeen, d.LastSeen = in.Now, in.Now
+	}
+
+	why := ""
+	if r.Severity == catalog.SeverityCondition && r.EscalateTo != "" && r.EscalateTo.Rank() > d.Action.Rank() {
+		switch {
+		case recoveries >= 2:
+			why = fmt.Sprintf("the driver required recovery %d times: the fault returned after a GPU reset", recoveries)
+		case r.Code == "GPUInitFailed" && initAttempts >= 2:
+			why = fmt.Sprintf("GPU initialisation failed %d times", initAttempts)
+		default:
+			keys := d.GPUs
+			if nodeLevelKey(inc.key) {
+				keys = append([]string{""}, keys...)
+			}
+			for _, g := range keys {
+				if hist[g][r.FaultClass] {
+					why = fmt.Sprintf("the same %s fault was seen on %s in an earlier boot", r.FaultClass, orNode(g))
+					break
+				}
+			}
+		}
+		if why != "" {
+			d.Action, d.Escalated = r.EscalateTo, true
+		}
+	}
+	d.Message = fmt.Sprintf("%s: %s", r.Code, r.Description)
+	if why != "" {
+		d.Message += " Escalated to " + string(d.Action) + ": " + why + "."
+	}
+	return d
+}
+
+// nodeLevelKey reports whether an incident key is node-level.
+func nodeLevelKey(key string) bool { return len(key) > 5 && key[:5] == "node/" }
+
+func orNode(g string) string {
+	if g == "" {
+		return "this node"
+	}
+	return "GPU " + g
+}
+
+// describe summarises a finding for Diagnosis.Evidence.
+func describe(f finding.Finding) string {
+	s := f.Detector
+	if f.Xid != 0 {
+		s += " " + strconv.Itoa(f.Xid)
+	}
+	if f.GPUPCI != "" {
+		s += " on " + f.GPUPCI
+	}
+	if f.DevicePCI != "" {
+		s += " via " + f.DevicePCI
+	}
+	if f.Count > 1 {
+		s += " x" + strconv.Itoa(f.Count)
+	}
+	return s
+}

@@ -1,0 +1,103 @@
+package pgtemp
+
+import (
+	"context"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestStartStop(t *testing.T) {
+	ctx := context.Background()
+	begin := time.Now()
+	s, err := Start(ctx, Options{})
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Logf("ready in %v on port %d", time.Since(begin).Round(time.Millisecond), s.Port())
+	dir := s.Dir()
+
+	dsn := s.DSN("")
+	if want := "postgres://postgres@127.0.0.1:" + strconv.Itoa(s.Port()) + "/postgres?sslmode=disable"; dsn != want {
+		t.Errorf("DSN(\"\") = %q, want %q", dsn, want)
+	}
+	// The server answers on TCP and on its unix socket.
+	if out, err := s.command(ctx, "pg_isready", "-h", "127.0.0.1", "-p", strconv.Itoa(s.Port())).CombinedOutput(); err != nil {
+		t.Errorf("pg_isready over TCP: %v: %s", err, out)
+	}
+	if out, err := s.command(ctx, "pg_isready", "-h", filepath.Join(dir, "sock"), "-p", strconv.Itoa(s.Port())).CombinedOutput(); err != nil {
+		t.Errorf("pg_isready over the unix socket: %v: %s", err, out)
+	}
+	if psql := filepath.Join(s.binDir, "psql"); fileExists(psql) {
+		out, err := s.command(ctx, "psql", dsn, "-XAtc", "SHOW fsync").CombinedOutput()
+		if err != nil || strings.TrimSpace(string(out)) != "off" {
+			t.Errorf("SHOW fsync = %q, %v; want off", out, err)
+		}
+	}
+
+	if err := s.Stop(); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	if err := s.Stop(); err != nil {
+		t.Errorf("second Stop: %v", err)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("temporary directory %s still exists after Stop (stat: %v)", dir, err)
+	}
+	if c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(s.Port()), time.Second); err == nil {
+		c.Close()
+		t.Errorf("port %d still accepts connections after Stop", s.Port())
+	}
+}
+
+func TestStartPortTaken(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	port := l.Addr().(*net.TCPAddr).Port
+	// An explicit port is not replaced: the error says why start-up failed.
+	_, err = Start(context.Background(), Options{Port: port})
+	if err == nil || !strings.Contains(err.Error(), "already in use") {
+		t.Fatalf("Start on a taken port: err = %v, want one naming the port in use", err)
+	}
+}
+
+func TestFindBinDirErrors(t *testing.T) {
+	empty := t.TempDir()
+	_, err := FindBinDir(empty)
+	if err == nil {
+		t.Fatal("FindBinDir(empty dir) = nil error")
+	}
+	for _, want := range []string{empty, "initdb", "pg_ctl"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %q", err, want)
+		}
+	}
+	if _, err := exec.LookPath("pg_config"); err == nil {
+		if _, err := FindBinDir(""); err != nil {
+			t.Errorf("FindBinDir(\"\") with pg_config on PATH: %v", err)
+		}
+	}
+}
+
+func TestUnknownUser(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the user option applies only when running as root")
+	}
+	_, err := Start(context.Background(), Options{User: "no-such-user-pgtemp"})
+	if err == nil || !strings.Contains(err.Error(), "no-such-user-pgtemp") || !strings.Contains(err.Error(), "root") {
+		t.Fatalf("Start with a missing user: err = %v, want one naming the user and root", err)
+	}
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
