@@ -59,6 +59,8 @@ const (
 	AttrErrorCode      = "error_code"      // rminit-failed: e.g. "0x24:0x72:1568"
 	AttrScope          = "scope"           // nvlink-inactive: "all-links" or a link list
 	AttrLines          = "lines"           // number of physical lines grouped into this finding
+	AttrEngine         = "engine"          // Xid MMU fault: the faulting engine (e.g. "GRAPHICS")
+	AttrFault          = "fault"           // Xid MMU fault: the fault type (e.g. "FAULT_PDE ACCESS_TYPE_VIRT_READ")
 )
 
 // Finding is one fact observed on one node. Its ID is an idempotency key: the

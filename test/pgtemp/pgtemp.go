@@ -227,7 +227,21 @@ func (s *Server) start(ctx context.Context, settings map[string]string) error {
 func (s *Server) waitReady(ctx context.Context) error {
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
+	exited := func() error {
+		log := s.logTail()
+		if strings.Contains(log, "Address already in use") {
+			return fmt.Errorf("start postgres on port %d: %w: %s", s.port, errPortInUse, log)
+		}
+		return fmt.Errorf("start postgres: server exited (%v): %s", s.werr, log)
+	}
 	for {
+		// Checked before each probe: a port held by something that is not
+		// postgres would otherwise cost a pg_isready timeout per probe.
+		select {
+		case <-s.done:
+			return exited()
+		default:
+		}
 		// pg_isready exits 0 when the server accepts connections, 1 while it
 		// rejects them (starting up), 2 when there is no response.
 		err := s.command(ctx, "pg_isready", "-q", "-h", "127.0.0.1", "-p", strconv.Itoa(s.port),
@@ -241,11 +255,7 @@ func (s *Server) waitReady(ctx context.Context) error {
 		}
 		select {
 		case <-s.done:
-			log := s.logTail()
-			if strings.Contains(log, "Address already in use") {
-				return fmt.Errorf("start postgres on port %d: %w: %s", s.port, errPortInUse, log)
-			}
-			return fmt.Errorf("start postgres: server exited (%v): %s", s.werr, log)
+			return exited()
 		case <-ctx.Done():
 			return fmt.Errorf("wait for postgres on port %d: %w: %s", s.port, ctx.Err(), s.logTail())
 		case <-tick.C:

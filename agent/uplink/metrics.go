@@ -1,0 +1,102 @@
+package uplink
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Send error classes, the values of the "reason" label of
+// fleetrepair_agent_uplink_send_errors_total.
+const (
+	errNetwork = "network"    // connection failed, timed out or broke mid-way
+	errToken   = "token"      // TokenFile could not be read
+	err5xx     = "http_5xx"   // the controller failed
+	err429     = "http_429"   // the controller sheds load
+	err408     = "http_408"   // the controller timed out reading the request
+	errAuth    = "http_auth"  // 401 or 403
+	errOther   = "http_other" // 1xx or an unfollowed 3xx
+)
+
+type metrics struct {
+	queueLength  prometheus.GaugeFunc
+	enqueued     prometheus.Counter
+	sentFindings prometheus.Counter
+	sentReports  prometheus.Counter
+	sendErrors   *prometheus.CounterVec
+	retries      prometheus.Counter
+	dropped      *prometheus.CounterVec
+	rejected     prometheus.Counter
+	lastSuccess  prometheus.Gauge
+
+	// Enqueue's drop counters, resolved once: no label lookup on the hot path.
+	dropQueueFull, dropQueueFullCritical prometheus.Counter
+}
+
+func newMetrics(queueLen func() float64) *metrics {
+	const ns, sub = "fleetrepair_agent", "uplink"
+	m := &metrics{
+		queueLength: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "queue_length",
+			Help: "Findings waiting in the uplink queue (the batch in flight excluded).",
+		}, queueLen),
+		enqueued: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "enqueued_findings_total",
+			Help: "Findings handed to the uplink.",
+		}),
+		sentFindings: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "sent_findings_total",
+			Help: "Findings in reports the controller accepted.",
+		}),
+		sentReports: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "sent_reports_total",
+			Help: "Reports the controller accepted, heartbeat-only reports included.",
+		}),
+		sendErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "send_errors_total",
+			Help: "Report attempts that failed and will be retried, by reason.",
+		}, []string{"reason"}),
+		retries: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "retries_total",
+			Help: "Backoff waits before resending the same batch.",
+		}),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "dropped_total",
+			Help: "Findings that will never be delivered, by reason.",
+		}, []string{"reason"}),
+		rejected: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "rejected_total",
+			Help: "Reports the controller rejected as malformed (4xx); their findings are counted in dropped_total{reason=\"rejected\"}.",
+		}),
+		lastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "last_success_timestamp_seconds",
+			Help: "Unix time of the last report the controller accepted; 0 before the first.",
+		}),
+	}
+	// Create every label value up front so that rate() and alerts see 0, not
+	// absence, before the first drop.
+	for _, r := range []string{DropQueueFull, DropQueueFullCritical, DropRejected, DropInvalid, DropShutdown} {
+		m.dropped.WithLabelValues(r)
+	}
+	for _, r := range []string{errNetwork, errToken, err5xx, err429, err408, errAuth, errOther} {
+		m.sendErrors.WithLabelValues(r)
+	}
+	m.dropQueueFull = m.dropped.WithLabelValues(DropQueueFull)
+	m.dropQueueFullCritical = m.dropped.WithLabelValues(DropQueueFullCritical)
+	return m
+}
+
+// register registers every metric on reg, or none of them.
+func (m *metrics) register(reg prometheus.Registerer) error {
+	cs := []prometheus.Collector{m.queueLength, m.enqueued, m.sentFindings, m.sentReports,
+		m.sendErrors, m.retries, m.dropped, m.rejected, m.lastSuccess}
+	for i, c := range cs {
+		if err := reg.Register(c); err != nil {
+			for _, done := range cs[:i] {
+				reg.Unregister(done)
+			}
+			return fmt.Errorf("register uplink metrics: %w", err)
+		}
+	}
+	return nil
+}

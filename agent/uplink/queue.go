@@ -1,0 +1,190 @@
+package uplink
+
+import (
+	"sync"
+	"time"
+
+	"github.com/fleetrepair/fleetrepair/agent/finding"
+)
+
+// Drop reasons, the values of the "reason" label of
+// fleetrepair_agent_uplink_dropped_total. Every finding that is enqueued and
+// never delivered is counted under exactly one of them.
+const (
+	// DropQueueFull: the queue was full and this was its oldest non-critical finding.
+	DropQueueFull = "queue_full"
+	// DropQueueFullCritical: the queue was full of critical findings only and
+	// this was the oldest.
+	DropQueueFullCritical = "queue_full_critical"
+	// DropRejected: the controller answered the batch with a 4xx (not 401,
+	// 403, 408 or 429).
+	DropRejected = "rejected"
+	// DropInvalid: the finding failed finding.Report.Validate before sending.
+	DropInvalid = "invalid"
+	// DropShutdown: still queued or in flight when Run returned and the last
+	// flush could not deliver it (no spool yet, see the package doc).
+	DropShutdown = "shutdown"
+)
+
+// queue holds findings between Enqueue and the controller's answer. It is the
+// seam for the on-disk spool (issue 3): a spool implements the same methods,
+// persisting in push and deleting in commit.
+type queue interface {
+	// push adds f without blocking; when the queue is full it first drops a
+	// finding (oldest non-critical, else oldest critical) and says why.
+	// Safe for concurrent use.
+	push(f finding.Finding, critical bool) pushResult
+	// take removes and returns up to max findings: critical ones first, then
+	// the oldest non-critical ones, in enqueue order. The batch stays owned by
+	// the queue, for a durable implementation, until commit.
+	take(max int) []finding.Finding
+	// commit confirms that the controller answered (accepted or rejected) the
+	// batch last returned by take. A spool deletes it from disk here; until
+	// then a restart resends it.
+	commit()
+	// state describes the queue now.
+	state() queueState
+}
+
+type pushResult struct {
+	dropped  string // a Drop* reason, or "" when nothing was dropped
+	n        int    // findings queued after the push
+	wasEmpty bool   // the queue was empty before the push
+}
+
+type queueState struct {
+	n, critical int
+	// since is when the queue last went from empty to non-empty; zero when
+	// empty. The sender flushes at the first flush point after it.
+	since time.Time
+}
+
+// entry is a queued finding with its enqueue sequence number, which keeps
+// batches in enqueue order across the two lanes.
+type entry struct {
+	seq uint64
+	f   finding.Finding
+}
+
+// memQueue is the in-memory queue: two FIFO lanes, critical and normal, under
+// one mutex. Its memory grows with use and shrinks back when drained, so an
+// idle agent does not hold QueueSize findings' worth of buffer.
+type memQueue struct {
+	limit int
+	now   func() time.Time
+
+	mu    sync.Mutex
+	seq   uint64
+	crit  ring[entry]
+	norm  ring[entry]
+	since time.Time
+}
+
+func newMemQueue(limit int, now func() time.Time) *memQueue {
+	return &memQueue{limit: limit, now: now}
+}
+
+func (q *memQueue) push(f finding.Finding, critical bool) pushResult {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var r pushResult
+	n := q.crit.len() + q.norm.len()
+	if n == 0 {
+		r.wasEmpty = true
+		q.since = q.now()
+	}
+	if n >= q.limit {
+		if q.norm.len() > 0 {
+			q.norm.pop()
+			r.dropped = DropQueueFull
+		} else {
+			q.crit.pop()
+			r.dropped = DropQueueFullCritical
+		}
+	}
+	q.seq++
+	e := entry{seq: q.seq, f: f}
+	if critical {
+		q.crit.push(e)
+	} else {
+		q.norm.push(e)
+	}
+	r.n = q.crit.len() + q.norm.len()
+	return r
+}
+
+func (q *memQueue) take(max int) []finding.Finding {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	nc := min(max, q.crit.len())
+	nn := min(max-nc, q.norm.len())
+	if nc+nn == 0 {
+		return nil
+	}
+	out := make([]finding.Finding, 0, nc+nn)
+	for nc > 0 || nn > 0 { // merge the lanes by enqueue order
+		if nn == 0 || (nc > 0 && q.crit.peek().seq < q.norm.peek().seq) {
+			out = append(out, q.crit.pop().f)
+			nc--
+		} else {
+			out = append(out, q.norm.pop().f)
+			nn--
+		}
+	}
+	if q.crit.len()+q.norm.len() == 0 {
+		q.since = time.Time{}
+	}
+	return out
+}
+
+func (q *memQueue) commit() {}
+
+func (q *memQueue) state() queueState {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return queueState{n: q.crit.len() + q.norm.len(), critical: q.crit.len(), since: q.since}
+}
+
+// ring is a FIFO on a circular buffer that doubles when full and halves when
+// a quarter full, so that it holds no more memory than its recent peak needs.
+type ring[T any] struct {
+	buf  []T
+	head int
+	n    int
+}
+
+const ringMinCap = 16
+
+func (r *ring[T]) len() int { return r.n }
+
+func (r *ring[T]) push(v T) {
+	if r.n == len(r.buf) {
+		r.resize(max(ringMinCap, 2*len(r.buf)))
+	}
+	r.buf[(r.head+r.n)%len(r.buf)] = v
+	r.n++
+}
+
+// peek returns the oldest element; the ring must not be empty.
+func (r *ring[T]) peek() *T { return &r.buf[r.head] }
+
+// pop removes and returns the oldest element; the ring must not be empty.
+func (r *ring[T]) pop() T {
+	var zero T
+	v := r.buf[r.head]
+	r.buf[r.head] = zero // release the finding's strings and slices
+	r.head = (r.head + 1) % len(r.buf)
+	r.n--
+	if len(r.buf) > ringMinCap && r.n <= len(r.buf)/4 {
+		r.resize(len(r.buf) / 2)
+	}
+	return v
+}
+
+func (r *ring[T]) resize(c int) {
+	buf := make([]T, c)
+	for i := 0; i < r.n; i++ {
+		buf[i] = r.buf[(r.head+i)%len(r.buf)]
+	}
+	r.buf, r.head = buf, 0
+}

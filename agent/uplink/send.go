@@ -1,0 +1,245 @@
+package uplink
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cenkalti/backoff/v5"
+
+	"github.com/fleetrepair/fleetrepair/agent/finding"
+)
+
+// maxErrorBody bounds how much of a controller's error answer is read.
+const maxErrorBody = 16 << 10
+
+type outcomeKind int
+
+const (
+	outcomeSent     outcomeKind = iota // 2xx
+	outcomeRejected                    // malformed batch: drop it
+	outcomeRetry                       // try the same batch again later
+)
+
+// outcome is the result of one POST.
+type outcome struct {
+	kind       outcomeKind
+	err        error         // why it was not sent (retry and rejected)
+	reason     string        // send_errors_total reason (retry)
+	retryAfter time.Duration // the controller's Retry-After, 0 when absent
+}
+
+// deliver sends batch until the controller answers it: accepted, or rejected
+// as malformed (then dropped and counted). Network errors, 5xx, 408, 429, 401
+// and 403 are retried with the same batch after an exponentially growing,
+// jittered wait capped at RetryMaxInterval, for as long as it takes. It
+// returns an error only when ctx ends first; the batch is then undelivered.
+//
+// The backoff schedule comes from backoff.ExponentialBackOff with its own
+// randomisation off; the jitter is applied here and the wait is taken on
+// Config.Clock, because backoff.Retry waits on a real timer with the
+// package-global random source, which tests could not drive.
+func (u *Uplink) deliver(ctx context.Context, batch []finding.Finding) error {
+	bo := &backoff.ExponentialBackOff{
+		InitialInterval: u.cfg.RetryInitialInterval,
+		Multiplier:      2,
+		MaxInterval:     u.cfg.RetryMaxInterval,
+	}
+	bo.Reset()
+	for attempt := 1; ; attempt++ {
+		hb, hbVersion := u.heartbeat()
+		res := u.post(ctx, u.report(batch, hb))
+		if res.kind != outcomeRetry {
+			u.answered(res, batch, hbVersion)
+			if u.failing {
+				u.failing = false
+				u.log.Info("controller reachable again", "attempts", attempt,
+					"outage", u.cfg.Clock.Now().Sub(u.failingSince).Round(time.Millisecond))
+			}
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		u.m.sendErrors.WithLabelValues(res.reason).Inc()
+		wait := u.retryWait(bo.NextBackOff(), res.retryAfter)
+		if !u.failing {
+			u.failing, u.failingSince = true, u.cfg.Clock.Now()
+			u.log.Warn("send report failed, retrying with backoff until the controller answers",
+				"err", res.err, "findings", len(batch), "wait", wait)
+		} else {
+			u.log.Debug("send report failed", "err", res.err, "attempt", attempt, "wait", wait)
+		}
+		u.m.retries.Inc()
+		t := u.cfg.Clock.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C():
+		}
+	}
+}
+
+// retryWait applies "equal jitter" to the backoff interval d, giving a wait in
+// [d/2, d): never longer than the schedule, never so short that a fleet of
+// agents retries in step. A longer Retry-After from the controller wins, up to
+// RetryMaxInterval.
+func (u *Uplink) retryWait(d, retryAfter time.Duration) time.Duration {
+	d = min(d, u.cfg.RetryMaxInterval)
+	wait := d/2 + time.Duration(u.cfg.Rand()*float64(d/2))
+	if retryAfter > wait {
+		wait = min(retryAfter, u.cfg.RetryMaxInterval)
+	}
+	return max(wait, time.Millisecond)
+}
+
+// answered does the bookkeeping of a report the controller answered.
+func (u *Uplink) answered(res outcome, batch []finding.Finding, hbVersion uint64) {
+	now := u.cfg.Clock.Now()
+	u.lastExchange = now
+	u.q.commit()
+	if res.kind == outcomeRejected {
+		u.m.rejected.Inc()
+		u.m.dropped.WithLabelValues(DropRejected).Add(float64(len(batch)))
+		u.log.Error("controller rejected report, dropping its findings", "err", res.err, "findings", len(batch))
+	} else {
+		u.m.sentReports.Inc()
+		u.m.sentFindings.Add(float64(len(batch)))
+		u.m.lastSuccess.Set(float64(now.UnixNano()) / 1e9)
+	}
+	u.heartbeatAnswered(hbVersion)
+	if u.q.state().n == 0 && u.overflow.CompareAndSwap(true, false) {
+		u.log.Info("uplink queue drained after dropping findings")
+	}
+}
+
+// report builds the envelope for batch.
+func (u *Uplink) report(batch []finding.Finding, hb *finding.Heartbeat) *finding.Report {
+	if batch == nil {
+		batch = []finding.Finding{} // "findings": [], not null
+	}
+	return &finding.Report{
+		SchemaVersion: finding.SchemaVersion,
+		Cluster:       u.cfg.Cluster,
+		Node:          u.cfg.Node,
+		BootID:        u.cfg.BootID,
+		AgentVersion:  u.cfg.AgentVersion,
+		SentAt:        u.cfg.Clock.Now().UTC(),
+		Findings:      batch,
+		Heartbeat:     hb,
+	}
+}
+
+// post makes one attempt to deliver r and classifies the answer.
+func (u *Uplink) post(ctx context.Context, r *finding.Report) outcome {
+	body, err := json.Marshal(r)
+	if err != nil { // cannot happen with the finding types; never retry it
+		return outcome{kind: outcomeRejected, err: fmt.Errorf("encode report: %w", err)}
+	}
+	token, err := u.token()
+	if err != nil {
+		return outcome{kind: outcomeRetry, reason: errToken, err: err}
+	}
+	ctx, cancel := context.WithTimeout(ctx, u.cfg.RequestTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.endpoint, bytes.NewReader(body))
+	if err != nil {
+		return outcome{kind: outcomeRetry, reason: errNetwork, err: fmt.Errorf("build request: %w", err)}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", "fleetrepair-agent/"+u.cfg.AgentVersion)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := u.cfg.HTTPClient.Do(req)
+	if err != nil {
+		return outcome{kind: outcomeRetry, reason: errNetwork, err: fmt.Errorf("post report: %w", err)}
+	}
+	defer func() {
+		// Drain a little so the connection can be reused, then close.
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxErrorBody))
+		resp.Body.Close()
+	}()
+
+	code := resp.StatusCode
+	if code >= 200 && code < 300 {
+		return outcome{kind: outcomeSent}
+	}
+	err = fmt.Errorf("post report: controller answered %s: %s", resp.Status, errorMessage(resp.Body))
+	switch {
+	case code >= 500:
+		return outcome{kind: outcomeRetry, reason: err5xx, err: err, retryAfter: retryAfter(resp.Header, u.cfg.Clock.Now())}
+	case code == http.StatusTooManyRequests:
+		return outcome{kind: outcomeRetry, reason: err429, err: err, retryAfter: retryAfter(resp.Header, u.cfg.Clock.Now())}
+	case code == http.StatusRequestTimeout:
+		return outcome{kind: outcomeRetry, reason: err408, err: err}
+	case code == http.StatusUnauthorized || code == http.StatusForbidden:
+		return outcome{kind: outcomeRetry, reason: errAuth, err: err}
+	case code >= 400:
+		return outcome{kind: outcomeRejected, err: err}
+	default:
+		return outcome{kind: outcomeRetry, reason: errOther, err: err}
+	}
+}
+
+func (u *Uplink) token() (string, error) {
+	if u.cfg.TokenFile == "" {
+		return u.cfg.Token, nil
+	}
+	b, err := os.ReadFile(u.cfg.TokenFile)
+	if err != nil {
+		return "", fmt.Errorf("read token file: %w", err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// errorMessage reads the controller's error envelope {message, detail,
+// validations} and renders it on one line; any other body is quoted, cut to a
+// few hundred bytes.
+func errorMessage(body io.Reader) string {
+	b, _ := io.ReadAll(io.LimitReader(body, maxErrorBody))
+	var env struct {
+		Message     string          `json:"message"`
+		Detail      string          `json:"detail"`
+		Validations json.RawMessage `json:"validations"`
+	}
+	if json.Unmarshal(b, &env) == nil && env.Message != "" {
+		s := env.Message
+		if env.Detail != "" {
+			s += ": " + env.Detail
+		}
+		if v := bytes.TrimSpace(env.Validations); len(v) > 0 && !bytes.Equal(v, []byte("null")) {
+			s += " validations=" + string(v)
+		}
+		return s
+	}
+	const maxQuoted = 512
+	if len(b) > maxQuoted {
+		b = b[:maxQuoted]
+	}
+	return strconv.Quote(string(bytes.TrimSpace(b)))
+}
+
+// retryAfter parses a Retry-After header (delay-seconds or HTTP date); 0 when
+// absent or unreadable.
+func retryAfter(h http.Header, now time.Time) time.Duration {
+	v := h.Get("Retry-After")
+	if v == "" {
+		return 0
+	}
+	if s, err := strconv.Atoi(v); err == nil && s > 0 {
+		return time.Duration(s) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
+}

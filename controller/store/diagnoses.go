@@ -1,0 +1,224 @@
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// DiagnosisRecord is a stored diagnosis: the controller's reading of a
+// node's findings for one boot and one reason code (controller/diagnose
+// produces them; this is their persistent form).
+type DiagnosisRecord struct {
+	ID      int64
+	Cluster string
+	Node    string
+	BootID  string
+	// Reason is the reason code from the catalog (a stable CamelCase string).
+	Reason         string
+	Severity       string // "condition" or "event"
+	FaultClass     string
+	Action         string // the recommended action
+	ConditionType  string
+	CatalogVersion string
+	// FirstSeen and LastSeen bound the evidence: the earliest and latest
+	// finding behind the diagnosis, widened by every upsert.
+	FirstSeen time.Time
+	LastSeen  time.Time
+	// FindingIDs are the findings behind the diagnosis, oldest first; at
+	// most MaxDiagnosisFindings (the newest are kept).
+	FindingIDs []string
+	// Active is false once the evidence cleared (DeactivateDiagnoses).
+	Active bool
+	// EventRecordedAt is when the Kubernetes Event for this diagnosis was
+	// recorded; zero: not yet (or not since it became active again).
+	EventRecordedAt time.Time
+	// Detail holds whatever else the diagnosis says (message, GPUs,
+	// escalation), for the API and the dashboard.
+	Detail    map[string]any
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+// MaxDiagnosisFindings bounds DiagnosisRecord.FindingIDs, so a fault that
+// keeps recurring (correctable AER every second) does not grow a row forever.
+const MaxDiagnosisFindings = 1000
+
+const (
+	diagnosisCols = `id, cluster, node, boot_id, reason, severity, fault_class, action, condition_type,
+catalog_version, first_seen, last_seen, finding_ids, active, event_recorded_at, detail, created_at, updated_at`
+
+	// All right-hand sides see the row as it was before the update: a
+	// diagnosis that comes back after being deactivated gets its Event
+	// recorded again (event_recorded_at reset). xmax = 0 only on the row an
+	// INSERT created, which tells created from updated.
+	sqlUpsertDiagnosis = `
+INSERT INTO diagnoses AS d (cluster, node, boot_id, reason, severity, fault_class, action, condition_type,
+                            catalog_version, first_seen, last_seen, finding_ids, active, detail, created_at, updated_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11,
+        ARRAY(SELECT id FROM unnest($12::text[]) WITH ORDINALITY AS t(id, ord) GROUP BY id ORDER BY min(ord)),
+        true, $13, $14, $14)
+ON CONFLICT (cluster, node, boot_id, reason) DO UPDATE SET
+    severity = excluded.severity,
+    fault_class = excluded.fault_class,
+    action = excluded.action,
+    condition_type = excluded.condition_type,
+    catalog_version = excluded.catalog_version,
+    detail = excluded.detail,
+    first_seen = LEAST(d.first_seen, excluded.first_seen),
+    last_seen = GREATEST(d.last_seen, excluded.last_seen),
+    finding_ids = ARRAY(
+        SELECT id FROM (
+            SELECT id, min(ord) AS ord
+            FROM unnest(d.finding_ids || excluded.finding_ids) WITH ORDINALITY AS t(id, ord)
+            GROUP BY id ORDER BY min(ord) DESC LIMIT $15) AS keep
+        ORDER BY ord),
+    event_recorded_at = CASE WHEN d.active THEN d.event_recorded_at END,
+    active = true,
+    updated_at = excluded.updated_at
+RETURNING ` + diagnosisCols + `, (xmax = 0) AS created`
+
+	sqlDeactivateDiagnoses = `
+UPDATE diagnoses SET active = false, updated_at = $4
+WHERE cluster = $1 AND node = $2 AND active AND NOT (id = ANY ($3::bigint[]))`
+
+	// $2 = '' means every node of the cluster.
+	sqlActiveDiagnoses = `
+SELECT ` + diagnosisCols + ` FROM diagnoses
+WHERE active AND cluster = $1 AND ($2 = '' OR node = $2)
+ORDER BY node, first_seen, id`
+
+	sqlDiagnosesForNode = `
+SELECT ` + diagnosisCols + ` FROM diagnoses
+WHERE cluster = $1 AND node = $2
+ORDER BY last_seen DESC, id DESC
+LIMIT $3`
+
+	sqlMarkEventRecorded = `UPDATE diagnoses SET event_recorded_at = $2, updated_at = $2 WHERE id = $1`
+)
+
+// UpsertDiagnosis stores a diagnosis keyed by (Cluster, Node, BootID,
+// Reason). A new key is inserted (created = true) with FirstSeen/LastSeen
+// defaulting to now. An existing one is updated: catalog fields and Detail
+// are replaced, FirstSeen/LastSeen widened, FindingIDs merged (union, in
+// order of first appearance, newest MaxDiagnosisFindings kept), and it is
+// made active again; if it was inactive, EventRecordedAt is cleared so the
+// Event is recorded anew. Returns the stored record.
+func (s *Store) UpsertDiagnosis(ctx context.Context, d DiagnosisRecord, now time.Time) (DiagnosisRecord, bool, error) {
+	if d.Cluster == "" || d.Node == "" || d.Reason == "" {
+		return DiagnosisRecord{}, false, invalidf("upsert diagnosis: cluster, node and reason are required")
+	}
+	first, last := d.FirstSeen, d.LastSeen
+	if first.IsZero() {
+		first = now
+	}
+	if last.IsZero() {
+		last = now
+	}
+	if last.Before(first) {
+		last = first
+	}
+	detail, err := marshalOr(d.Detail, "{}")
+	if err != nil {
+		return DiagnosisRecord{}, false, invalidf("upsert diagnosis: encode detail")
+	}
+	ids := d.FindingIDs
+	if ids == nil {
+		ids = []string{}
+	}
+	rows, _ := s.pool.Query(ctx, sqlUpsertDiagnosis, d.Cluster, d.Node, d.BootID, d.Reason, d.Severity,
+		d.FaultClass, d.Action, d.ConditionType, d.CatalogVersion, first, last, ids, detail, now, MaxDiagnosisFindings)
+	var created bool
+	out, err := pgx.CollectExactlyOneRow(rows, func(row pgx.CollectableRow) (DiagnosisRecord, error) {
+		return scanDiagnosisInto(row, &created)
+	})
+	if err != nil {
+		return DiagnosisRecord{}, false, errorf(err, "upsert diagnosis %s on %s/%s", d.Reason, d.Cluster, d.Node)
+	}
+	return out, created, nil
+}
+
+// DeactivateDiagnoses marks the node's active diagnoses inactive, except
+// those whose ID is in keepIDs (the ones the latest evaluation still
+// produced), and returns how many it deactivated.
+func (s *Store) DeactivateDiagnoses(ctx context.Context, cluster, node string, keepIDs []int64, now time.Time) (int, error) {
+	if keepIDs == nil {
+		keepIDs = []int64{}
+	}
+	tag, err := s.pool.Exec(ctx, sqlDeactivateDiagnoses, cluster, node, keepIDs, now)
+	if err != nil {
+		return 0, errorf(err, "deactivate diagnoses of %s/%s", cluster, node)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// ActiveDiagnoses returns the active diagnoses of a node, oldest first; node
+// "" returns those of every node of the cluster, by node.
+func (s *Store) ActiveDiagnoses(ctx context.Context, cluster, node string) ([]DiagnosisRecord, error) {
+	rows, _ := s.pool.Query(ctx, sqlActiveDiagnoses, cluster, node)
+	out, err := pgx.CollectRows(rows, scanDiagnosis)
+	if err != nil {
+		return nil, errorf(err, "list active diagnoses of %s/%s", cluster, node)
+	}
+	return out, nil
+}
+
+// DiagnosesForNode returns up to limit diagnoses of a node, active or not,
+// most recently seen first. limit <= 0 means 100.
+func (s *Store) DiagnosesForNode(ctx context.Context, cluster, node string, limit int) ([]DiagnosisRecord, error) {
+	if limit <= 0 {
+		limit = 100
+	}
+	rows, _ := s.pool.Query(ctx, sqlDiagnosesForNode, cluster, node, limit)
+	out, err := pgx.CollectRows(rows, scanDiagnosis)
+	if err != nil {
+		return nil, errorf(err, "list diagnoses of %s/%s", cluster, node)
+	}
+	return out, nil
+}
+
+// MarkEventRecorded records that the Kubernetes Event for diagnosis id was
+// recorded at now; ErrNotFound when there is no such diagnosis.
+func (s *Store) MarkEventRecorded(ctx context.Context, id int64, now time.Time) error {
+	tag, err := s.pool.Exec(ctx, sqlMarkEventRecorded, id, now)
+	if err != nil {
+		return errorf(err, "mark event recorded for diagnosis %d", id)
+	}
+	if tag.RowsAffected() == 0 {
+		return errorf(pgx.ErrNoRows, "mark event recorded for diagnosis %d", id)
+	}
+	return nil
+}
+
+func scanDiagnosis(row pgx.CollectableRow) (DiagnosisRecord, error) {
+	return scanDiagnosisInto(row, nil)
+}
+
+// scanDiagnosisInto scans diagnosisCols, plus the created flag when created
+// is not nil.
+func scanDiagnosisInto(row pgx.CollectableRow, created *bool) (DiagnosisRecord, error) {
+	var (
+		d     DiagnosisRecord
+		event *time.Time
+	)
+	dest := []any{&d.ID, &d.Cluster, &d.Node, &d.BootID, &d.Reason, &d.Severity, &d.FaultClass, &d.Action,
+		&d.ConditionType, &d.CatalogVersion, &d.FirstSeen, &d.LastSeen, &d.FindingIDs, &d.Active, &event,
+		&d.Detail, &d.CreatedAt, &d.UpdatedAt}
+	if created != nil {
+		dest = append(dest, created)
+	}
+	if err := row.Scan(dest...); err != nil {
+		return d, err
+	}
+	d.EventRecordedAt = fromNull(event)
+	d.FirstSeen, d.LastSeen = d.FirstSeen.UTC(), d.LastSeen.UTC()
+	d.CreatedAt, d.UpdatedAt = d.CreatedAt.UTC(), d.UpdatedAt.UTC()
+	if len(d.Detail) == 0 {
+		d.Detail = nil
+	}
+	if len(d.FindingIDs) == 0 {
+		d.FindingIDs = nil
+	}
+	return d, nil
+}

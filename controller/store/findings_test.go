@@ -1,0 +1,255 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/fleetrepair/fleetrepair/agent/finding"
+	"github.com/fleetrepair/fleetrepair/controller/store"
+)
+
+// report builds a report of n Xid findings for node, observed one second
+// apart from at.
+func report(cluster, node, boot string, n int, at time.Time) finding.Report {
+	r := finding.Report{
+		SchemaVersion: finding.SchemaVersion,
+		Cluster:       cluster, Node: node, BootID: boot, AgentVersion: "v0.1.0", SentAt: at,
+		Heartbeat: &finding.Heartbeat{
+			DriverVersion: "570.133.20", KernelVersion: "6.8.0",
+			GPUCount: 8, Monitors: []finding.MonitorState{{Name: "kmsg", State: finding.StateOK, Since: at}},
+		},
+	}
+	for i := range n {
+		f := finding.Finding{
+			Detector: finding.DetectorXid, Node: node, BootID: boot,
+			Time: at.Add(time.Duration(i) * time.Second), GPUPCI: "0000:3b:00.0", Xid: 79, Count: 1,
+			Attrs:    map[string]string{finding.AttrPID: fmt.Sprint(i)},
+			Evidence: []string{fmt.Sprintf("NVRM: Xid (PCI:0000:3b:00): 79, pid=%d, name=x, GPU has fallen off the bus.", i)},
+			Seq:      uint64(1000 + i),
+		}
+		f.ID = finding.NewID(f)
+		r.Findings = append(r.Findings, f)
+	}
+	return r
+}
+
+func TestIngestReportIdempotent(t *testing.T) {
+	ctx := context.Background()
+	s := open(t)
+	r := report("c1", "n1", "boot-a", 100, t0)
+
+	n, err := s.IngestReport(ctx, r, t0.Add(time.Minute))
+	if err != nil || n != 100 {
+		t.Fatalf("first ingest: %d, %v; want 100 new", n, err)
+	}
+	n, err = s.IngestReport(ctx, r, t0.Add(2*time.Minute))
+	if err != nil || n != 0 {
+		t.Fatalf("same report again: %d, %v; want 0 new", n, err)
+	}
+	// A report overlapping the first: only the new findings count.
+	r2 := report("c1", "n1", "boot-a", 110, t0)
+	if n, err = s.IngestReport(ctx, r2, t0.Add(3*time.Minute)); err != nil || n != 10 {
+		t.Fatalf("overlapping report: %d, %v; want 10 new", n, err)
+	}
+
+	got, err := s.FindingsForNode(ctx, "c1", "n1", time.Time{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 110 {
+		t.Fatalf("stored %d findings, want 110", len(got))
+	}
+	for i, f := range got {
+		want := r2.Findings[i]
+		if !reflect.DeepEqual(f, want) {
+			t.Fatalf("finding %d round trip:\n got %+v\nwant %+v", i, f, want)
+		}
+	}
+
+	node, err := s.GetNode(ctx, "c1", "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if node.BootID != "boot-a" || node.DriverVersion != "570.133.20" || node.KernelVersion != "6.8.0" ||
+		node.AgentVersion != "v0.1.0" || !node.LastSeen.Equal(t0.Add(3*time.Minute)) ||
+		node.Heartbeat == nil || node.Heartbeat.GPUCount != 8 || len(node.Heartbeat.Monitors) != 1 {
+		t.Fatalf("node after ingest: %+v", node)
+	}
+	c, err := s.GetCluster(ctx, "c1")
+	if err != nil || c.DeletionsPerHour != 10 || c.MaxInFlightPerNodePool != 1 {
+		t.Fatalf("cluster created with defaults: %+v, %v", c, err)
+	}
+}
+
+func TestIngestReportAllOrNothing(t *testing.T) {
+	ctx := context.Background()
+	s := open(t)
+
+	// A batch whose last finding the schema refuses (count 0) stores nothing:
+	// no cluster, no node, none of the valid findings.
+	bad := report("c1", "n1", "boot-a", 5, t0)
+	bad.Findings[4].Count = 0
+	if _, err := s.IngestReport(ctx, bad, t0); !errors.Is(err, store.ErrInvalid) {
+		t.Fatalf("ingest with a bad finding: %v, want ErrInvalid", err)
+	}
+	if _, err := s.GetCluster(ctx, "c1"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("cluster row after a failed ingest: %v, want ErrNotFound", err)
+	}
+	if _, err := s.GetNode(ctx, "c1", "n1"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("node row after a failed ingest: %v, want ErrNotFound", err)
+	}
+	if fs, err := s.FindingsForNode(ctx, "c1", "n1", time.Time{}, 0); err != nil || len(fs) != 0 {
+		t.Errorf("findings after a failed ingest: %d, %v; want none", len(fs), err)
+	}
+
+	// On a known node, a failed report leaves the node as it was.
+	good := report("c1", "n1", "boot-a", 2, t0)
+	if _, err := s.IngestReport(ctx, good, t0); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := s.GetNode(ctx, "c1", "n1")
+	bad = report("c1", "n1", "boot-b", 3, t0.Add(time.Hour))
+	bad.Findings[1].Detector = "" // violates detector <> ''
+	if _, err := s.IngestReport(ctx, bad, t0.Add(time.Hour)); !errors.Is(err, store.ErrInvalid) {
+		t.Fatalf("ingest with an empty detector: %v, want ErrInvalid", err)
+	}
+	after, _ := s.GetNode(ctx, "c1", "n1")
+	if !reflect.DeepEqual(before, after) {
+		t.Errorf("node changed by a failed report:\nbefore %+v\nafter  %+v", before, after)
+	}
+	if fs, _ := s.FindingsForNode(ctx, "c1", "n1", time.Time{}, 0); len(fs) != 2 {
+		t.Errorf("%d findings after a failed report, want the 2 earlier ones", len(fs))
+	}
+
+	// A finding for another node is refused before anything is written.
+	other := report("c1", "n1", "boot-a", 1, t0)
+	other.Findings[0].Node = "n2"
+	if _, err := s.IngestReport(ctx, other, t0); !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("finding for another node: %v, want ErrInvalid", err)
+	}
+}
+
+func TestIngestReportOutOfOrder(t *testing.T) {
+	ctx := context.Background()
+	s := open(t)
+	newer := report("c1", "n1", "boot-b", 0, t0.Add(time.Hour))
+	newer.Heartbeat.DriverVersion = "580.1"
+	if _, err := s.IngestReport(ctx, newer, t0.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	// A retried report from the previous boot arrives later: its findings
+	// are stored, last_seen moves, but boot ID and heartbeat stay.
+	older := report("c1", "n1", "boot-a", 3, t0)
+	if n, err := s.IngestReport(ctx, older, t0.Add(2*time.Hour)); err != nil || n != 3 {
+		t.Fatalf("older report: %d, %v", n, err)
+	}
+	n, err := s.GetNode(ctx, "c1", "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.BootID != "boot-b" || n.DriverVersion != "580.1" || !n.LastSeen.Equal(t0.Add(2*time.Hour)) {
+		t.Fatalf("node after an out-of-order report: boot %q driver %q last seen %v", n.BootID, n.DriverVersion, n.LastSeen)
+	}
+	// The findings keep their own boot ID.
+	fs, _ := s.FindingsForNode(ctx, "c1", "n1", time.Time{}, 0)
+	if len(fs) != 3 || fs[0].BootID != "boot-a" {
+		t.Fatalf("findings: %+v", fs)
+	}
+}
+
+func TestFindingsQueries(t *testing.T) {
+	ctx := context.Background()
+	s := open(t)
+	r := report("c1", "n1", "boot-a", 5, t0)
+	// A finding without an observed time sorts by when it was received
+	// (t0+2.5s), between the 3rd and 4th.
+	untimed := finding.Finding{Detector: finding.DetectorUnparsed, Count: 1, Evidence: []string{"???"}}
+	untimed.ID = finding.NewID(untimed)
+	first := r
+	first.Findings = r.Findings[:3]
+	if _, err := s.IngestReport(ctx, first, t0.Add(10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	second := r
+	second.Findings = append([]finding.Finding{untimed}, r.Findings[3:]...)
+	if _, err := s.IngestReport(ctx, second, t0.Add(2500*time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+
+	got, err := s.FindingsForNode(ctx, "c1", "n1", time.Time{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := func(fs []finding.Finding) []string {
+		var out []string
+		for _, f := range fs {
+			out = append(out, f.ID)
+		}
+		return out
+	}
+	want := []string{r.Findings[0].ID, r.Findings[1].ID, r.Findings[2].ID, untimed.ID, r.Findings[3].ID, r.Findings[4].ID}
+	if !reflect.DeepEqual(ids(got), want) {
+		t.Fatalf("order: got %v\nwant %v", ids(got), want)
+	}
+	if !got[3].Time.IsZero() || got[3].Node != "n1" || got[3].BootID != "boot-a" {
+		t.Errorf("untimed finding: %+v (want zero Time, node and boot from the report)", got[3])
+	}
+
+	// since and limit.
+	got, _ = s.FindingsForNode(ctx, "c1", "n1", t0.Add(2*time.Second), 2)
+	if !reflect.DeepEqual(ids(got), want[2:4]) {
+		t.Errorf("since t0+2s, limit 2: %v, want %v", ids(got), want[2:4])
+	}
+	// Another node sees nothing.
+	if got, _ := s.FindingsForNode(ctx, "c1", "n2", time.Time{}, 0); len(got) != 0 {
+		t.Errorf("other node: %d findings", len(got))
+	}
+
+	byID, err := s.FindingsByIDs(ctx, []string{want[4], "missing", want[0]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(ids(byID), []string{want[4], want[0]}) {
+		t.Errorf("FindingsByIDs: %v", ids(byID))
+	}
+}
+
+func TestNodeMeta(t *testing.T) {
+	ctx := context.Background()
+	s := open(t)
+	if _, err := s.IngestReport(ctx, report("c1", "n1", "boot-a", 1, t0), t0); err != nil {
+		t.Fatal(err)
+	}
+	n, err := s.UpsertNodeMeta(ctx, store.Node{Cluster: "c1", Name: "n1", NodePool: "gpu", Zone: "us-east-1a",
+		InstanceType: "p5.48xlarge", NodeClaim: "gpu-abcde", BootID: "ignored", DriverVersion: "ignored"}, t0.Add(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.NodePool != "gpu" || n.Zone != "us-east-1a" || n.InstanceType != "p5.48xlarge" || n.NodeClaim != "gpu-abcde" ||
+		n.BootID != "boot-a" || n.DriverVersion != "570.133.20" || n.Heartbeat == nil || !n.LastSeen.Equal(t0) {
+		t.Fatalf("after UpsertNodeMeta: %+v", n)
+	}
+	// A node known only from Kubernetes, in another cluster.
+	if _, err := s.UpsertNodeMeta(ctx, store.Node{Cluster: "c2", Name: "n9", NodePool: "cpu"}, t0); err != nil {
+		t.Fatal(err)
+	}
+	// The agent's next report does not erase the Kubernetes facts.
+	if _, err := s.IngestReport(ctx, report("c1", "n1", "boot-b", 0, t0.Add(time.Hour)), t0.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	ns, err := s.ListNodes(ctx, "c1")
+	if err != nil || len(ns) != 1 || ns[0].NodePool != "gpu" || ns[0].BootID != "boot-b" {
+		t.Fatalf("ListNodes(c1) = %+v, %v", ns, err)
+	}
+	all, _ := s.ListNodes(ctx, "")
+	if len(all) != 2 || all[1].Cluster != "c2" || !all[1].LastSeen.IsZero() || all[1].Heartbeat != nil {
+		t.Fatalf("ListNodes(all) = %+v", all)
+	}
+	if _, err := s.GetNode(ctx, "c1", "nope"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("GetNode(missing) = %v, want ErrNotFound", err)
+	}
+}

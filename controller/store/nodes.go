@@ -1,0 +1,194 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fleetrepair/fleetrepair/agent/finding"
+)
+
+// Cluster is one Kubernetes cluster the controller serves, with its deletion
+// budgets (DESIGN.md, decision 7).
+type Cluster struct {
+	Name      string
+	CreatedAt time.Time
+	// DeletionsPerHour is how many repairs may enter state deleting per
+	// sliding hour; 0 stops deletions.
+	DeletionsPerHour int
+	// MaxInFlightPerNodePool is how many repairs may be in state deleting at
+	// once per NodePool; 0 stops deletions.
+	MaxInFlightPerNodePool int
+}
+
+// Node is what the controller knows about one node: facts from its agent
+// (BootID, versions, Heartbeat, LastSeen) and from Kubernetes (NodePool,
+// Zone, InstanceType, NodeClaim). Empty strings mean unknown.
+type Node struct {
+	Cluster string
+	Name    string
+
+	BootID        string
+	DriverVersion string
+	KernelVersion string
+	AgentVersion  string
+	// Heartbeat is the newest heartbeat received; nil before the first.
+	Heartbeat *finding.Heartbeat
+	// LastSeen is when the controller last received a report from the
+	// agent; zero when it never has.
+	LastSeen time.Time
+
+	NodePool     string
+	Zone         string
+	InstanceType string
+	NodeClaim    string
+
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+const (
+	sqlClusterCols = `name, created_at, deletions_per_hour, max_in_flight_per_nodepool`
+
+	sqlSetClusterBudget = `
+INSERT INTO clusters (name, created_at, deletions_per_hour, max_in_flight_per_nodepool)
+VALUES ($1, $2, $3, $4)
+ON CONFLICT (name) DO UPDATE SET
+    deletions_per_hour = excluded.deletions_per_hour,
+    max_in_flight_per_nodepool = excluded.max_in_flight_per_nodepool
+RETURNING ` + sqlClusterCols
+
+	sqlGetCluster   = `SELECT ` + sqlClusterCols + ` FROM clusters WHERE name = $1`
+	sqlListClusters = `SELECT ` + sqlClusterCols + ` FROM clusters ORDER BY name`
+
+	nodeCols = `cluster, name, boot_id, driver_version, kernel_version, agent_version, heartbeat, last_seen,
+nodepool, zone, instance_type, nodeclaim, created_at, updated_at`
+
+	sqlGetNode = `SELECT ` + nodeCols + ` FROM nodes WHERE cluster = $1 AND name = $2`
+	// $1 = '' lists every cluster.
+	sqlListNodes = `SELECT ` + nodeCols + ` FROM nodes WHERE $1 = '' OR cluster = $1 ORDER BY cluster, name`
+
+	// The Kubernetes columns only; the agent's columns are IngestReport's.
+	sqlUpsertNodeMeta = `
+INSERT INTO nodes AS n (cluster, name, nodepool, zone, instance_type, nodeclaim, created_at, updated_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $7)
+ON CONFLICT (cluster, name) DO UPDATE SET
+    nodepool = excluded.nodepool,
+    zone = excluded.zone,
+    instance_type = excluded.instance_type,
+    nodeclaim = excluded.nodeclaim,
+    updated_at = excluded.updated_at
+RETURNING ` + nodeCols
+)
+
+// SetClusterBudget sets a cluster's deletion budgets, creating the cluster
+// row (created_at = now) when it does not exist. Negative values are
+// ErrInvalid.
+func (s *Store) SetClusterBudget(ctx context.Context, cluster string, deletionsPerHour, maxInFlightPerNodePool int, now time.Time) (Cluster, error) {
+	if cluster == "" || deletionsPerHour < 0 || maxInFlightPerNodePool < 0 {
+		return Cluster{}, invalidf("set budget of cluster %q: need a name and budgets >= 0 (got %d/h, %d in flight)", cluster, deletionsPerHour, maxInFlightPerNodePool)
+	}
+	rows, _ := s.pool.Query(ctx, sqlSetClusterBudget, cluster, now, deletionsPerHour, maxInFlightPerNodePool)
+	c, err := pgx.CollectExactlyOneRow(rows, scanCluster)
+	if err != nil {
+		return Cluster{}, errorf(err, "set budget of cluster %s", cluster)
+	}
+	return c, nil
+}
+
+// GetCluster returns the cluster named name, or ErrNotFound.
+func (s *Store) GetCluster(ctx context.Context, name string) (Cluster, error) {
+	rows, _ := s.pool.Query(ctx, sqlGetCluster, name)
+	c, err := pgx.CollectExactlyOneRow(rows, scanCluster)
+	if err != nil {
+		return Cluster{}, errorf(err, "get cluster %s", name)
+	}
+	return c, nil
+}
+
+// ListClusters returns every cluster, by name.
+func (s *Store) ListClusters(ctx context.Context) ([]Cluster, error) {
+	rows, _ := s.pool.Query(ctx, sqlListClusters)
+	cs, err := pgx.CollectRows(rows, scanCluster)
+	if err != nil {
+		return nil, errorf(err, "list clusters")
+	}
+	return cs, nil
+}
+
+func scanCluster(row pgx.CollectableRow) (Cluster, error) {
+	var c Cluster
+	err := row.Scan(&c.Name, &c.CreatedAt, &c.DeletionsPerHour, &c.MaxInFlightPerNodePool)
+	c.CreatedAt = c.CreatedAt.UTC()
+	return c, err
+}
+
+// GetNode returns one node, or ErrNotFound.
+func (s *Store) GetNode(ctx context.Context, cluster, name string) (Node, error) {
+	rows, _ := s.pool.Query(ctx, sqlGetNode, cluster, name)
+	n, err := pgx.CollectExactlyOneRow(rows, scanNode)
+	if err != nil {
+		return Node{}, errorf(err, "get node %s/%s", cluster, name)
+	}
+	return n, nil
+}
+
+// ListNodes returns the nodes of a cluster by name; cluster "" lists the
+// nodes of every cluster, by cluster and name.
+func (s *Store) ListNodes(ctx context.Context, cluster string) ([]Node, error) {
+	rows, _ := s.pool.Query(ctx, sqlListNodes, cluster)
+	ns, err := pgx.CollectRows(rows, scanNode)
+	if err != nil {
+		return nil, errorf(err, "list nodes of cluster %q", cluster)
+	}
+	return ns, nil
+}
+
+// UpsertNodeMeta records a node's Kubernetes facts (n.NodePool, n.Zone,
+// n.InstanceType, n.NodeClaim; empty means unknown and is stored as such),
+// creating the cluster and node rows when needed. It never touches the
+// agent's fields (boot ID, versions, heartbeat, last seen), so the informers
+// and the ingest path do not overwrite each other. Returns the stored node.
+func (s *Store) UpsertNodeMeta(ctx context.Context, n Node, now time.Time) (Node, error) {
+	if n.Cluster == "" || n.Name == "" {
+		return Node{}, invalidf("upsert node: cluster and name are required")
+	}
+	var out Node
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, sqlEnsureCluster, n.Cluster, now); err != nil {
+			return err
+		}
+		rows, _ := tx.Query(ctx, sqlUpsertNodeMeta, n.Cluster, n.Name, n.NodePool, n.Zone, n.InstanceType, n.NodeClaim, now)
+		var err error
+		out, err = pgx.CollectExactlyOneRow(rows, scanNode)
+		return err
+	})
+	if err != nil {
+		return Node{}, errorf(err, "upsert node %s/%s", n.Cluster, n.Name)
+	}
+	return out, nil
+}
+
+func scanNode(row pgx.CollectableRow) (Node, error) {
+	var (
+		n        Node
+		hb       []byte
+		lastSeen *time.Time
+	)
+	err := row.Scan(&n.Cluster, &n.Name, &n.BootID, &n.DriverVersion, &n.KernelVersion, &n.AgentVersion,
+		&hb, &lastSeen, &n.NodePool, &n.Zone, &n.InstanceType, &n.NodeClaim, &n.CreatedAt, &n.UpdatedAt)
+	if err != nil {
+		return n, err
+	}
+	if hb != nil {
+		n.Heartbeat = new(finding.Heartbeat)
+		if err := json.Unmarshal(hb, n.Heartbeat); err != nil {
+			return n, err
+		}
+	}
+	n.LastSeen = fromNull(lastSeen)
+	n.CreatedAt, n.UpdatedAt = n.CreatedAt.UTC(), n.UpdatedAt.UTC()
+	return n, nil
+}

@@ -1,0 +1,156 @@
+// Package store is the controller's PostgreSQL storage: findings as the agents
+// reported them, node facts, diagnoses, and the repair ledger with its
+// append-only audit. It is the only package that uses pgx; all SQL lives here
+// (as constants next to the functions that run it) and in ../../migrations.
+//
+// Conventions:
+//   - Every method whose result depends on time takes `now time.Time`; the
+//     store never calls time.Now or SQL now(), so callers and tests inject a
+//     clock. Times are stored with microsecond precision and returned in UTC.
+//   - Errors are translated at this edge: ErrNotFound (no such row),
+//     ErrConflict (a unique key or a compare-and-set lost to another writer,
+//     or a serialization failure: re-read and retry), ErrInvalid (a row the
+//     schema refuses) and ErrBudgetExceeded (a *BudgetExceededError). Other
+//     errors are infrastructure failures. All are wrapped "verb noun: %w".
+//   - Every repair state change is checked with ledger.Check and writes its
+//     audit entry in the same transaction.
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Store is a pool of connections to the controller's database. It is safe
+// for concurrent use.
+type Store struct {
+	pool *pgxpool.Pool
+}
+
+// Open connects to the database at dsn (a postgres:// URL or a libpq
+// keyword/value string) and checks that it answers. The schema must have been
+// migrated (Migrate). Close releases the pool.
+func Open(ctx context.Context, dsn string) (*Store, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("parse database DSN: %w", err)
+	}
+	// Controllers run in UTC; timestamps come back as UTC anyway, this keeps
+	// any text rendering in SQL (logs, errors) consistent.
+	cfg.ConnConfig.RuntimeParams["timezone"] = "UTC"
+	cfg.ConnConfig.RuntimeParams["application_name"] = "fleetrepair"
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open database pool: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("ping database %s: %w", redact(cfg.ConnConfig), err)
+	}
+	return &Store{pool: pool}, nil
+}
+
+// Close closes every connection of the pool; it waits for connections in use
+// to be released.
+func (s *Store) Close() { s.pool.Close() }
+
+// Ping checks that the database answers (for /readyz).
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("ping database: %w", err)
+	}
+	return nil
+}
+
+func redact(c *pgx.ConnConfig) string {
+	return fmt.Sprintf("host=%s port=%d user=%s dbname=%s", c.Host, c.Port, c.User, c.Database)
+}
+
+// Errors returned (wrapped) by Store methods; test with errors.Is.
+var (
+	// ErrNotFound: the row asked for does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrConflict: another writer got there first (a unique key, a lost
+	// compare-and-set on a repair's state, a serialization failure). Re-read
+	// the current state before deciding again.
+	ErrConflict = errors.New("conflict")
+	// ErrInvalid: the database refused the data (a CHECK, NOT NULL or foreign
+	// key constraint, a value out of range), or an argument is invalid.
+	ErrInvalid = errors.New("invalid")
+	// ErrBudgetExceeded: a deletion budget of the cluster is spent; the error
+	// is a *BudgetExceededError carrying the numbers.
+	ErrBudgetExceeded = errors.New("repair budget exceeded")
+)
+
+// dbError is a database error classified as one of the sentinel errors; it
+// keeps the driver's error (*pgconn.PgError) in the chain.
+type dbError struct {
+	kind error
+	err  error
+}
+
+func (e *dbError) Error() string   { return e.err.Error() }
+func (e *dbError) Unwrap() []error { return []error{e.kind, e.err} }
+
+// translate maps driver errors onto the sentinel errors; others pass through.
+func translate(err error) error {
+	var done *dbError
+	if err == nil || errors.As(err, &done) {
+		return err
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return &dbError{kind: ErrNotFound, err: err}
+	}
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) {
+		switch {
+		case pg.Code == "23505", // unique_violation
+			pg.Code == "40001", // serialization_failure
+			pg.Code == "40P01": // deadlock_detected
+			return &dbError{kind: ErrConflict, err: err}
+		case strings.HasPrefix(pg.Code, "23"), // integrity constraint violations
+			strings.HasPrefix(pg.Code, "22"): // data exceptions (out of range, bad text)
+			return &dbError{kind: ErrInvalid, err: err}
+		}
+	}
+	return err
+}
+
+// errorf wraps a translated err as "format: err".
+func errorf(err error, format string, args ...any) error {
+	return fmt.Errorf(format+": %w", append(args, translate(err))...)
+}
+
+// invalidf returns an ErrInvalid for a bad argument.
+func invalidf(format string, args ...any) error {
+	return fmt.Errorf(format+": %w", append(args, ErrInvalid)...)
+}
+
+// inTx runs fn in a transaction (READ COMMITTED), committing when fn returns
+// nil and rolling back otherwise.
+func (s *Store) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, s.pool, fn)
+}
+
+// Helpers for nullable timestamps: the zero time.Time is NULL.
+
+func nullTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+func fromNull(t *time.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return t.UTC()
+}
