@@ -71,7 +71,9 @@ type TextOptions struct {
 	// syslog, journalctl). Default: time.Local, the zone those tools print in.
 	Location *time.Location
 	// Year completes syslog and journalctl dates, which carry no year.
-	// Default: the current year.
+	// Default: the current year, or the year before for a date that would
+	// otherwise lie more than two days in the future (a log from last
+	// December read in January).
 	Year int
 	// MaxLineBytes cuts longer lines (the rest of the line is discarded and
 	// counted in TextStats.Truncated). Default 64 KiB; the kernel's own limit
@@ -101,6 +103,8 @@ type TextParser struct {
 	loc     *time.Location
 	year    int
 	maxLine int
+	now     time.Time // when the parser was made; guesses the year
+	guess   bool      // year was not given
 
 	pending    *Record
 	pendingFmt Format // format the pending record was read in
@@ -123,8 +127,9 @@ func NewTextParser(r io.Reader, format Format, opts TextOptions) *TextParser {
 	if p.loc == nil {
 		p.loc = time.Local
 	}
+	p.now = time.Now().In(p.loc)
 	if p.year == 0 {
-		p.year = time.Now().In(p.loc).Year()
+		p.year, p.guess = p.now.Year(), true
 	}
 	if p.maxLine <= 0 {
 		p.maxLine = 64 * 1024
@@ -462,6 +467,9 @@ func (p *TextParser) parseSyslog(line string) (Record, lineKind) {
 			return Record{}, lineUnparsed
 		}
 		t = time.Date(p.year, v.Month(), v.Day(), v.Hour(), v.Minute(), v.Second(), v.Nanosecond(), p.loc)
+		if p.guess && t.After(p.now.Add(48*time.Hour)) {
+			t = t.AddDate(-1, 0, 0)
+		}
 		rest = strings.TrimLeft(rest[end:], " ")
 	}
 	// Now "[host ]tag: message".

@@ -107,22 +107,24 @@ type Config struct {
 	Rand func() float64
 }
 
-// criticalXids are the Xid codes whose default action in the case corpus
+// criticalXid reports whether Xid x's default action in the case corpus
 // (shared/cases/xid-actions.md) is a node action: GPU reset, reboot or
 // replacement. Criticality only decides latency and who survives a full queue;
 // the controller alone decides what a finding means (DESIGN.md, decision 1).
 // Erring towards critical costs one extra request per event.
-var criticalXids = map[int]bool{
-	46: true, 48: true, 54: true, 62: true, 64: true, 79: true, 95: true,
-	109: true, 110: true, 119: true, 120: true, 136: true, 140: true,
-	143: true, 151: true, 155: true, 156: true,
+func criticalXid(x int) bool {
+	switch x {
+	case 46, 48, 54, 62, 64, 79, 95, 109, 110, 119, 120, 136, 140, 143, 151, 155, 156:
+		return true
+	}
+	return false
 }
 
 // DefaultCritical is the default Config.Critical. It returns true for a GPU
 // that is gone or failed to come up (fallen-off-bus, gpu-count,
 // rminit-failed), a fatal PCIe AER error, an Xid whose default action is a GPU
 // reset, reboot or replacement (48 DBE, 79 fallen off the bus, 95
-// uncontained ECC, 119/120 GSP, ... see criticalXids), and Xid 154 unless its
+// uncontained ECC, 119/120 GSP, ... see criticalXid), and Xid 154 unless its
 // recovery action is "none". Secondary Xids (attr secondary=true, e.g. Xid 45
 // cleanup) are never critical: the Xid that caused them is.
 func DefaultCritical(f finding.Finding) bool {
@@ -138,7 +140,7 @@ func DefaultCritical(f finding.Finding) bool {
 			ra := f.Attr(finding.AttrRecoveryAction)
 			return ra != "" && ra != "none"
 		}
-		return criticalXids[f.Xid]
+		return criticalXid(f.Xid)
 	}
 	return false
 }

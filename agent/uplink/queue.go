@@ -67,8 +67,7 @@ type entry struct {
 }
 
 // memQueue is the in-memory queue: two FIFO lanes, critical and normal, under
-// one mutex. Its memory grows with use and shrinks back when drained, so an
-// idle agent does not hold QueueSize findings' worth of buffer.
+// one mutex.
 type memQueue struct {
 	limit int
 	now   func() time.Time
@@ -95,10 +94,10 @@ func (q *memQueue) push(f finding.Finding, critical bool) pushResult {
 	}
 	if n >= q.limit {
 		if q.norm.len() > 0 {
-			q.norm.pop()
+			q.norm.drop()
 			r.dropped = DropQueueFull
 		} else {
-			q.crit.pop()
+			q.crit.drop()
 			r.dropped = DropQueueFullCritical
 		}
 	}
@@ -131,6 +130,8 @@ func (q *memQueue) take(max int) []finding.Finding {
 			nn--
 		}
 	}
+	q.crit.shrink()
+	q.norm.shrink()
 	if q.crit.len()+q.norm.len() == 0 {
 		q.since = time.Time{}
 	}
@@ -145,15 +146,22 @@ func (q *memQueue) state() queueState {
 	return queueState{n: q.crit.len() + q.norm.len(), critical: q.crit.len(), since: q.since}
 }
 
-// ring is a FIFO on a circular buffer that doubles when full and halves when
-// a quarter full, so that it holds no more memory than its recent peak needs.
+// ring is a FIFO on a circular buffer whose capacity is a power of two. It
+// doubles when full; shrink hands memory back after a burst, so that an idle
+// agent does not keep QueueSize findings' worth of buffer.
 type ring[T any] struct {
 	buf  []T
 	head int
 	n    int
 }
 
-const ringMinCap = 16
+const (
+	ringMinCap = 16
+	// ringKeepCap is the capacity shrink never goes below: about 60 KB of
+	// findings, enough for a default batch, so the usual fill-and-take cycle
+	// of the sender does not reallocate.
+	ringKeepCap = 256
+)
 
 func (r *ring[T]) len() int { return r.n }
 
@@ -161,7 +169,7 @@ func (r *ring[T]) push(v T) {
 	if r.n == len(r.buf) {
 		r.resize(max(ringMinCap, 2*len(r.buf)))
 	}
-	r.buf[(r.head+r.n)%len(r.buf)] = v
+	r.buf[(r.head+r.n)&(len(r.buf)-1)] = v
 	r.n++
 }
 
@@ -170,21 +178,35 @@ func (r *ring[T]) peek() *T { return &r.buf[r.head] }
 
 // pop removes and returns the oldest element; the ring must not be empty.
 func (r *ring[T]) pop() T {
-	var zero T
 	v := r.buf[r.head]
-	r.buf[r.head] = zero // release the finding's strings and slices
-	r.head = (r.head + 1) % len(r.buf)
-	r.n--
-	if len(r.buf) > ringMinCap && r.n <= len(r.buf)/4 {
-		r.resize(len(r.buf) / 2)
-	}
+	r.drop()
 	return v
+}
+
+// drop removes the oldest element; the ring must not be empty.
+func (r *ring[T]) drop() {
+	var zero T
+	r.buf[r.head] = zero // release the finding's strings and slices
+	r.head = (r.head + 1) & (len(r.buf) - 1)
+	r.n--
+}
+
+// shrink halves the buffer, down to ringKeepCap, while it is at most a
+// quarter full: after a burst (a controller outage) the memory goes back.
+func (r *ring[T]) shrink() {
+	c := len(r.buf)
+	for c > ringKeepCap && r.n <= c/4 {
+		c /= 2
+	}
+	if c != len(r.buf) {
+		r.resize(c)
+	}
 }
 
 func (r *ring[T]) resize(c int) {
 	buf := make([]T, c)
 	for i := 0; i < r.n; i++ {
-		buf[i] = r.buf[(r.head+i)%len(r.buf)]
+		buf[i] = r.buf[(r.head+i)&(len(r.buf)-1)]
 	}
 	r.buf, r.head = buf, 0
 }

@@ -80,7 +80,7 @@ func (u *Uplink) Enqueue(f finding.Finding) {
 	case DropQueueFullCritical:
 		u.m.dropQueueFullCritical.Inc()
 	}
-	if r.dropped != "" && u.overflow.CompareAndSwap(false, true) {
+	if r.dropped != "" && !u.overflow.Load() && u.overflow.CompareAndSwap(false, true) {
 		u.log.Warn("uplink queue full, dropping oldest findings; see fleetrepair_agent_uplink_dropped_total",
 			"queueSize", u.cfg.QueueSize)
 	}

@@ -410,6 +410,7 @@ func TestRejectedBatchIsDroppedOnce(t *testing.T) {
 			if got := r.ids(); !slices.Equal(got, []string{"good"}) {
 				t.Fatalf("after the rejection the controller got %v, want only the new finding", got)
 			}
+			h.clk.waitIdle(t)
 			for name, want := range map[string]float64{"rejected_total": 1, "retries_total": 0, "sent_findings_total": 1} {
 				if got := h.metric(t, mp+name); got != want {
 					t.Errorf("%s = %v, want %v", name, got, want)

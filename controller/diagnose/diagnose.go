@@ -122,7 +122,9 @@ type Diagnosis struct {
 }
 
 // Toleration returns TolerationSeconds as a duration.
-func (d Diagnosis) Toleration() time.Duration { return time.Duration(d.TolerationSeconds) * time.Second }
+func (d Diagnosis) Toleration() time.Duration {
+	return time.Duration(d.TolerationSeconds) * time.Second
+}
 
 // signal is one finding classified into a reason.
 type signal struct {

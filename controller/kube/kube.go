@@ -241,30 +241,33 @@ func (k *Cluster) RecordEvent(ctx context.Context, node, eventType, reason, mess
 // DeleteNodeClaim deletes the NodeClaim with a UID precondition, so a
 // NodeClaim that was replaced under the same name is never deleted by
 // mistake. Karpenter then drains the node gracefully and launches a
-// replacement. NotFound counts as success (already gone). It returns
+// replacement. NotFound and an object already being deleted count as
+// success; issued is true only when this call sent the delete. It returns
 // ErrUIDChanged when the live object has another UID.
-func (k *Cluster) DeleteNodeClaim(ctx context.Context, name string, uid types.UID) error {
+func (k *Cluster) DeleteNodeClaim(ctx context.Context, name string, uid types.UID) (issued bool, err error) {
 	var nc karpv1.NodeClaim
 	if err := k.c.Get(ctx, client.ObjectKey{Name: name}, &nc); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil
+			return false, nil
 		}
-		return fmt.Errorf("get nodeclaim %s: %w", name, err)
+		return false, fmt.Errorf("get nodeclaim %s: %w", name, err)
 	}
 	if nc.UID != uid {
-		return fmt.Errorf("delete nodeclaim %s: recorded uid %s, live uid %s: %w", name, uid, nc.UID, ErrUIDChanged)
+		return false, fmt.Errorf("delete nodeclaim %s: recorded uid %s, live uid %s: %w", name, uid, nc.UID, ErrUIDChanged)
 	}
 	if nc.DeletionTimestamp != nil {
-		return nil // already deleting
+		return false, nil // already deleting
 	}
-	err := k.c.Delete(ctx, &nc, client.Preconditions{UID: &uid})
+	err = k.c.Delete(ctx, &nc, client.Preconditions{UID: &uid})
 	switch {
-	case err == nil, apierrors.IsNotFound(err):
-		return nil
+	case err == nil:
+		return true, nil
+	case apierrors.IsNotFound(err):
+		return false, nil
 	case apierrors.IsConflict(err):
-		return fmt.Errorf("delete nodeclaim %s: %w: %w", name, ErrUIDChanged, err)
+		return false, fmt.Errorf("delete nodeclaim %s: %w: %w", name, ErrUIDChanged, err)
 	}
-	return fmt.Errorf("delete nodeclaim %s: %w", name, err)
+	return false, fmt.Errorf("delete nodeclaim %s: %w", name, err)
 }
 
 // NodeClaimGone reports whether the NodeClaim with that name and UID no

@@ -124,19 +124,19 @@ func TestDeleteNodeClaimUIDPrecondition(t *testing.T) {
 	k, sim := newFleet(t)
 	ctx := context.Background()
 	info, _ := k.NodeInfo(ctx, "node-a1")
-	err := k.DeleteNodeClaim(ctx, info.NodeClaim, types.UID("some-other-uid"))
+	_, err := k.DeleteNodeClaim(ctx, info.NodeClaim, types.UID("some-other-uid"))
 	if !errors.Is(err, kube.ErrUIDChanged) {
 		t.Fatalf("delete with a stale UID: err = %v, want ErrUIDChanged", err)
 	}
 	if gone, _ := k.NodeClaimGone(ctx, info.NodeClaim, info.NodeClaimUID); gone {
 		t.Fatal("NodeClaim gone after a refused delete")
 	}
-	if err := k.DeleteNodeClaim(ctx, info.NodeClaim, info.NodeClaimUID); err != nil {
-		t.Fatal(err)
+	if issued, err := k.DeleteNodeClaim(ctx, info.NodeClaim, info.NodeClaimUID); err != nil || !issued {
+		t.Fatalf("delete: issued=%v err=%v", issued, err)
 	}
-	// Deleting twice is fine (already deleting / gone).
-	if err := k.DeleteNodeClaim(ctx, info.NodeClaim, info.NodeClaimUID); err != nil {
-		t.Fatal(err)
+	// Deleting twice is fine (already deleting), and sends nothing.
+	if issued, err := k.DeleteNodeClaim(ctx, info.NodeClaim, info.NodeClaimUID); err != nil || issued {
+		t.Fatalf("second delete: issued=%v err=%v", issued, err)
 	}
 	if err := sim.Step(ctx, time.Now()); err != nil {
 		t.Fatal(err)

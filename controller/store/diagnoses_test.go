@@ -12,6 +12,7 @@ import (
 )
 
 func TestDiagnosisLifecycle(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := open(t)
 	d := store.DiagnosisRecord{
@@ -91,6 +92,7 @@ func TestDiagnosisLifecycle(t *testing.T) {
 }
 
 func TestDiagnosisFindingIDsBounded(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := open(t)
 	d := store.DiagnosisRecord{Cluster: "c1", Node: "n1", Reason: "PCIeAERCorrectable", Severity: "event"}

@@ -38,6 +38,7 @@ func report(cluster, node, boot string, n int, at time.Time) finding.Report {
 }
 
 func TestIngestReportIdempotent(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := open(t)
 	r := report("c1", "n1", "boot-a", 100, t0)
@@ -86,6 +87,7 @@ func TestIngestReportIdempotent(t *testing.T) {
 }
 
 func TestIngestReportAllOrNothing(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := open(t)
 
@@ -134,6 +136,7 @@ func TestIngestReportAllOrNothing(t *testing.T) {
 }
 
 func TestIngestReportOutOfOrder(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := open(t)
 	newer := report("c1", "n1", "boot-b", 0, t0.Add(time.Hour))
@@ -162,6 +165,7 @@ func TestIngestReportOutOfOrder(t *testing.T) {
 }
 
 func TestFindingsQueries(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := open(t)
 	r := report("c1", "n1", "boot-a", 5, t0)
@@ -219,6 +223,7 @@ func TestFindingsQueries(t *testing.T) {
 }
 
 func TestNodeMeta(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := open(t)
 	if _, err := s.IngestReport(ctx, report("c1", "n1", "boot-a", 1, t0), t0); err != nil {

@@ -14,6 +14,7 @@ import (
 )
 
 func TestMigrateUpDownUp(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dsn := pgtest.EmptyDSN(t)
 	version := func() (int64, int64) {
@@ -107,6 +108,7 @@ func TestMigrateUpDownUp(t *testing.T) {
 // migration agree with controller/ledger: the CHECK on repairs.state lists
 // every state, the unique index on open repairs exactly the open ones.
 func TestSchemaMatchesLedger(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := open(t)
 	quoted := regexp.MustCompile(`'([a-z_]+)'`)
@@ -146,6 +148,7 @@ func TestSchemaMatchesLedger(t *testing.T) {
 }
 
 func TestAppendOnly(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := open(t)
 	r, _, err := s.OpenRepair(ctx, store.Repair{Cluster: "c", Node: "n", Reason: "GPUFallenOffBus"}, "controller", "test", t0)

@@ -52,6 +52,7 @@ func step(t *testing.T, s *store.Store, id int64, from, to ledger.State, now tim
 }
 
 func TestOpenRepair(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := open(t)
 	in := newRepair("n1", "gpu")
@@ -96,6 +97,7 @@ func TestOpenRepair(t *testing.T) {
 }
 
 func TestOpenRepairConcurrent(t *testing.T) {
+	t.Parallel()
 	const n = 16
 	ctx := context.Background()
 	s := openWide(t, n+2)
@@ -146,6 +148,7 @@ func TestOpenRepairConcurrent(t *testing.T) {
 }
 
 func TestTransition(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := open(t)
 	r := mustOpen(t, s, newRepair("n1", "gpu"), t0)
@@ -216,6 +219,7 @@ func TestTransition(t *testing.T) {
 }
 
 func TestAuditTrail(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := open(t)
 	if _, err := s.SetClusterBudget(ctx, "c1", 5, 5, t0); err != nil {
@@ -267,6 +271,7 @@ func TestAuditTrail(t *testing.T) {
 }
 
 func TestRepairFindings(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := open(t)
 	rep := report("c1", "n1", "boot-a", 3, t0)

@@ -112,9 +112,6 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 			return nil, err
 		}
 	}
-	// A free port found by listening can be taken by someone else before
-	// postgres binds it; initdb is done once, the start is retried on a new port.
-
 	dir, err := os.MkdirTemp(opts.Dir, "pgtemp-")
 	if err != nil {
 		return nil, fmt.Errorf("create temporary directory: %w", err)
@@ -130,6 +127,9 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		done:    make(chan struct{}),
 	}
 	err = s.initdb(ctx)
+	// A free port found by listening can be taken by someone else before
+	// postgres binds it: initdb is done once, the start is retried on a new
+	// port (not when the caller chose the port).
 	for attempt := 0; err == nil; attempt++ {
 		err = s.start(ctx, opts.Settings)
 		if err == nil || opts.Port != 0 || attempt == 2 || !errors.Is(err, errPortInUse) {

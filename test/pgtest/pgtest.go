@@ -8,7 +8,9 @@
 // Without either the test fails, naming both options. The schema is migrated
 // once per test binary into a template database; each test gets a copy
 // (CREATE DATABASE ... TEMPLATE, tens of milliseconds), dropped when the test
-// ends. Packages using DSN call Main from their TestMain:
+// ends. Packages using DSN call Main from their TestMain (without it the
+// throwaway server still dies with the test binary, but leaves its temporary
+// directory behind):
 //
 //	func TestMain(m *testing.M) { pgtest.Main(m) }
 package pgtest

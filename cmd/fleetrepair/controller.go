@@ -1,0 +1,113 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/fleetrepair/fleetrepair/controller/kube"
+	"github.com/fleetrepair/fleetrepair/controller/runner"
+	"github.com/fleetrepair/fleetrepair/controller/store"
+)
+
+func newControllerCmd() *cobra.Command {
+	var (
+		o        runner.Options
+		clusters []string
+	)
+	cmd := &cobra.Command{
+		Use:   "controller",
+		Short: "Run the controller: ingest, diagnosis, repair ledger, API",
+		Long: `Run the controller.
+
+Clusters are given as --cluster NAME=KUBECONFIG (repeatable), or NAME=in-cluster
+for the cluster the controller runs in. Every flag has an environment fallback
+(FLEETREPAIR_*).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.DatabaseURL == "" {
+				return errors.New("--database-url (or DATABASE_URL) is required")
+			}
+			if len(clusters) == 0 {
+				return errors.New("at least one --cluster NAME=KUBECONFIG|in-cluster is required")
+			}
+			o.Clusters = map[string]*kube.Cluster{}
+			for _, c := range clusters {
+				name, path, ok := strings.Cut(c, "=")
+				if !ok || name == "" || path == "" {
+					return fmt.Errorf("--cluster %q: want NAME=KUBECONFIG or NAME=in-cluster", c)
+				}
+				if o.Clusters[name] != nil {
+					return fmt.Errorf("--cluster %q: cluster %s given twice", c, name)
+				}
+				k, err := clusterFrom(name, path)
+				if err != nil {
+					return err
+				}
+				o.Clusters[name] = k
+			}
+			o.Log = slog.New(slog.NewJSONHandler(os.Stderr, nil))
+			c, err := runner.Start(cmd.Context(), o)
+			if err != nil {
+				return err
+			}
+			return c.Run(cmd.Context())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.DatabaseURL, "database-url", envOr("DATABASE_URL", ""), "PostgreSQL connection string (env DATABASE_URL)")
+	f.BoolVar(&o.Migrate, "migrate", envOr("FLEETREPAIR_MIGRATE", "") == "true", "apply database migrations at start (env FLEETREPAIR_MIGRATE=true)")
+	f.StringVar(&o.Listen, "listen", envOr("FLEETREPAIR_LISTEN", ":8080"), "HTTP listen address for the API, /metrics, /livez, /readyz")
+	f.StringArrayVar(&clusters, "cluster", nil, "NAME=KUBECONFIG or NAME=in-cluster (repeatable)")
+	f.BoolVar(&o.DryRun, "dry-run", envOr("FLEETREPAIR_DRY_RUN", "") == "true", "record every decision, delete no NodeClaim")
+	f.DurationVar(&o.Toleration, "toleration", 0, "override every reason's toleration window (e.g. 30s for demos; 0 = catalog defaults: 10m accelerated hardware, 30m other)")
+	f.DurationVar(&o.Resync, "resync", 10*time.Second, "period of the pass over open repairs")
+	f.StringVar(&o.AgentToken, "agent-token", envOr("FLEETREPAIR_AGENT_TOKEN", ""), "static bearer token agents must send (demo/dev mode)")
+	return cmd
+}
+
+func clusterFrom(name, path string) (*kube.Cluster, error) {
+	var (
+		cfg *rest.Config
+		err error
+	)
+	if path == "in-cluster" {
+		cfg, err = rest.InClusterConfig()
+	} else {
+		cfg, err = clientcmd.BuildConfigFromFlags("", path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("load kubeconfig for cluster %s: %w", name, err)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: kube.Scheme})
+	if err != nil {
+		return nil, fmt.Errorf("build client for cluster %s: %w", name, err)
+	}
+	return kube.New(name, c), nil
+}
+
+func newMigrateCmd() *cobra.Command {
+	var dsn string
+	cmd := &cobra.Command{
+		Use:       "migrate up|down|reset|status",
+		Short:     "Apply (up), roll back one (down), roll back all (reset) or list (status) the database migrations",
+		Args:      cobra.ExactArgs(1),
+		ValidArgs: []string{store.MigrateUp, store.MigrateDown, store.MigrateReset, store.MigrateStatus},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if dsn == "" {
+				return errors.New("--database-url (or DATABASE_URL) is required")
+			}
+			return store.Migrate(cmd.Context(), dsn, args[0], cmd.OutOrStdout())
+		},
+	}
+	cmd.Flags().StringVar(&dsn, "database-url", envOr("DATABASE_URL", ""), "PostgreSQL connection string (env DATABASE_URL)")
+	return cmd
+}

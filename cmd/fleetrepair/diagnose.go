@@ -1,0 +1,97 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fleetrepair/fleetrepair/agent/finding"
+	"github.com/fleetrepair/fleetrepair/controller/diagnose"
+)
+
+func newDiagnoseCmd() *cobra.Command {
+	var node, boot string
+	cmd := &cobra.Command{
+		Use:   "diagnose [FILE|-]",
+		Short: "Print the diagnoses the controller's rules reach for findings (JSON lines in, JSON lines out)",
+		Long: `Read findings as JSON lines (the output of "fleetrepair-agent scan") from FILE or
+stdin and print, as JSON lines, the diagnoses the controller's rules reach for
+each node, most consequential first. No database or cluster is needed.
+
+  fleetrepair-agent scan dmesg.txt | fleetrepair diagnose -`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			in := cmd.InOrStdin()
+			if len(args) == 1 && args[0] != "-" {
+				f, err := os.Open(args[0])
+				if err != nil {
+					return fmt.Errorf("open findings: %w", err)
+				}
+				defer f.Close()
+				in = f
+			}
+			return diagnoseStream(in, cmd.OutOrStdout(), node, boot, time.Now())
+		},
+	}
+	cmd.Flags().StringVar(&node, "node", "", "node name for findings that carry none")
+	cmd.Flags().StringVar(&boot, "boot-id", "", "current boot ID (findings of other boots count as history); empty: all current")
+	return cmd
+}
+
+// diagnoseStream decodes findings (one JSON object per line), groups them by
+// node and writes each node's diagnoses. A malformed line is an error naming
+// its line number.
+func diagnoseStream(in io.Reader, out io.Writer, defaultNode, boot string, now time.Time) error {
+	eng, err := diagnose.New(diagnose.Options{})
+	if err != nil {
+		return err
+	}
+	byNode := map[string][]finding.Finding{}
+	sc := bufio.NewScanner(in)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	line := 0
+	for sc.Scan() {
+		line++
+		b := sc.Bytes()
+		if len(b) == 0 {
+			continue
+		}
+		var f finding.Finding
+		if err := json.Unmarshal(b, &f); err != nil {
+			return fmt.Errorf("decode finding on line %d: %w", line, err)
+		}
+		if f.Detector == "" {
+			return fmt.Errorf("decode finding on line %d: detector is missing (is this the output of fleetrepair-agent scan?)", line)
+		}
+		if f.Node == "" {
+			f.Node = defaultNode
+		}
+		if f.Count == 0 {
+			f.Count = 1
+		}
+		byNode[f.Node] = append(byNode[f.Node], f)
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("read findings: %w", err)
+	}
+	nodes := make([]string, 0, len(byNode))
+	for n := range byNode {
+		nodes = append(nodes, n)
+	}
+	sort.Strings(nodes)
+	enc := json.NewEncoder(out)
+	for _, n := range nodes {
+		for _, d := range eng.Diagnose(diagnose.Input{Node: n, BootID: boot, Findings: byNode[n], Now: now}) {
+			if err := enc.Encode(d); err != nil {
+				return fmt.Errorf("write diagnosis: %w", err)
+			}
+		}
+	}
+	return nil
+}

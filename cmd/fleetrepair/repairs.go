@@ -1,0 +1,157 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fleetrepair/fleetrepair/web/api"
+)
+
+func newRepairsCmd() *cobra.Command {
+	var server, output string
+	cmd := &cobra.Command{
+		Use:   "repairs",
+		Short: "Repair history through the controller's API",
+	}
+	cmd.PersistentFlags().StringVar(&server, "server", envOr("FLEETREPAIR_SERVER", "http://127.0.0.1:8080"), "controller base URL (env FLEETREPAIR_SERVER)")
+	cmd.PersistentFlags().StringVarP(&output, "output", "o", "table", "output format: table or json")
+
+	var q struct{ cluster, node, state, reason, since, until string }
+	var limit int
+	var all bool
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List repairs, newest first",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			v := url.Values{}
+			for k, s := range map[string]string{"cluster": q.cluster, "node": q.node, "state": q.state, "reason": q.reason, "since": q.since, "until": q.until} {
+				if s != "" {
+					v.Set(k, s)
+				}
+			}
+			v.Set("limit", fmt.Sprint(limit))
+			var items []api.Repair
+			for {
+				var page api.RepairPage
+				if err := getJSON(cmd.Context(), server+"/api/v1/repairs?"+v.Encode(), &page); err != nil {
+					return err
+				}
+				items = append(items, page.Items...)
+				if !all || page.NextCursor == "" {
+					break
+				}
+				v.Set("cursor", page.NextCursor)
+			}
+			if output == "json" {
+				return writeIndented(cmd.OutOrStdout(), items)
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tCLUSTER\tNODE\tSTATE\tREASON\tRECOMMENDED\tEXECUTED\tDRY-RUN\tCREATED")
+			for _, r := range items {
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%t\t%s\n", r.ID, r.Cluster, r.Node, r.State, r.Reason,
+					r.RecommendedAction, dash(r.ExecutedAction), r.DryRun, r.CreatedAt.Format(time.RFC3339))
+			}
+			return tw.Flush()
+		},
+	}
+	lf := list.Flags()
+	lf.StringVar(&q.cluster, "cluster", "", "only this cluster")
+	lf.StringVar(&q.node, "node", "", "only this node")
+	lf.StringVar(&q.state, "state", "", "only this state (detected, tolerating, awaiting_approval, deleting, replaced, ...)")
+	lf.StringVar(&q.reason, "reason", "", "only this reason code")
+	lf.StringVar(&q.since, "since", "", "created at or after (RFC 3339)")
+	lf.StringVar(&q.until, "until", "", "created before (RFC 3339)")
+	lf.IntVar(&limit, "limit", 50, "page size (1-500)")
+	lf.BoolVar(&all, "all", false, "follow the cursor through every page")
+
+	show := &cobra.Command{
+		Use:   "show ID",
+		Short: "Show one repair: its state, audit trail and the findings behind it",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var d api.RepairDetail
+			if err := getJSON(cmd.Context(), server+"/api/v1/repairs/"+url.PathEscape(args[0]), &d); err != nil {
+				return err
+			}
+			if output == "json" {
+				return writeIndented(cmd.OutOrStdout(), d)
+			}
+			w := cmd.OutOrStdout()
+			r := d.Repair
+			fmt.Fprintf(w, "Repair %d  %s/%s  state=%s  dry-run=%t\n", r.ID, r.Cluster, r.Node, r.State, r.DryRun)
+			fmt.Fprintf(w, "Reason: %s (%s)  recommended=%s  executed=%s\n", r.Reason, r.FaultClass, r.RecommendedAction, dash(r.ExecutedAction))
+			fmt.Fprintf(w, "NodeClaim: %s (uid %s)  NodePool: %s\n", dash(r.NodeClaim), dash(r.NodeClaimUID), dash(r.NodePool))
+			fmt.Fprintln(w, "\nAudit:")
+			tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+			for _, a := range d.Audit {
+				fmt.Fprintf(tw, "  %s\t%s -> %s\t%s\t%s\n", a.At.Format(time.RFC3339), dash(a.From), a.To, a.Actor, a.Reason)
+			}
+			_ = tw.Flush()
+			fmt.Fprintln(w, "\nFindings:")
+			for _, f := range d.Findings {
+				line := ""
+				if len(f.Evidence) > 0 {
+					line = f.Evidence[0]
+				}
+				fmt.Fprintf(w, "  %s xid=%d gpu=%s  %s\n", f.Detector, f.Xid, dash(f.GPUPCI), line)
+			}
+			return nil
+		},
+	}
+	cmd.AddCommand(list, show)
+	return cmd
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func writeIndented(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// getJSON GETs u and decodes the body into v; an API error envelope becomes
+// an error carrying its message and detail.
+func getJSON(ctx context.Context, u string, v any) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return fmt.Errorf("build request: %w", err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("get %s: %w", u, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return fmt.Errorf("read %s: %w", u, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		var e api.ErrorBody
+		if json.Unmarshal(body, &e) == nil && e.Message != "" {
+			return fmt.Errorf("get %s: %s: %s %s", u, resp.Status, e.Message, strings.Join(append([]string{e.Detail}, e.Validations...), "; "))
+		}
+		return fmt.Errorf("get %s: %s", u, resp.Status)
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return fmt.Errorf("decode %s: %w", u, err)
+	}
+	return nil
+}

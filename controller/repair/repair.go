@@ -1,0 +1,480 @@
+// Package repair is the controller's reconciler: for one node it reads the
+// findings from the store, asks controller/diagnose for a verdict, records
+// the diagnoses, writes NodeConditions, Events and the quarantine taint, and
+// drives the node's repair through the ledger: toleration clock, guard
+// transaction (controller/store BeginDeletion), NodeClaim deletion with a UID
+// precondition, and the check that the NodeClaim is gone.
+//
+// It is the only writer to Kubernetes. Every step is recorded before it is
+// acted on, and every step is idempotent, so a crash or a second replica
+// anywhere in the sequence repeats a step at most, never skips the guards.
+package repair
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/fleetrepair/fleetrepair/controller/catalog"
+	"github.com/fleetrepair/fleetrepair/controller/diagnose"
+	"github.com/fleetrepair/fleetrepair/controller/kube"
+	"github.com/fleetrepair/fleetrepair/controller/ledger"
+	"github.com/fleetrepair/fleetrepair/controller/store"
+)
+
+// Actor is the audit identity of the controller's own decisions.
+const Actor = "controller"
+
+// Config configures a Reconciler.
+type Config struct {
+	Store    *store.Store
+	Engine   *diagnose.Engine
+	Clusters map[string]*kube.Cluster
+	// DryRun records every decision and deletes no NodeClaim.
+	DryRun bool
+	// Toleration, when > 0, replaces every reason's catalog toleration
+	// (demos and tests use seconds).
+	Toleration time.Duration
+	// Lookback bounds the findings read per node (default 7 days): history
+	// older than that no longer escalates.
+	Lookback time.Duration
+	// Resync is the period of the full pass over open repairs (default 10s).
+	Resync time.Duration
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+	Log *slog.Logger
+	// Registerer receives the reconciler's metrics (optional).
+	Registerer prometheus.Registerer
+}
+
+// Reconciler drives diagnoses and repairs. Create it with New.
+type Reconciler struct {
+	cfg Config
+	log *slog.Logger
+
+	mu      sync.Mutex
+	pending map[nodeKey]bool
+	wake    chan struct{}
+
+	reconciles  *prometheus.CounterVec
+	deletions   *prometheus.CounterVec
+	transitions *prometheus.CounterVec
+}
+
+type nodeKey struct{ cluster, node string }
+
+// New validates cfg and returns a Reconciler.
+func New(cfg Config) (*Reconciler, error) {
+	if cfg.Store == nil || cfg.Engine == nil {
+		return nil, errors.New("new reconciler: Store and Engine are required")
+	}
+	if cfg.Lookback == 0 {
+		cfg.Lookback = 7 * 24 * time.Hour
+	}
+	if cfg.Resync == 0 {
+		cfg.Resync = 10 * time.Second
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	r := &Reconciler{cfg: cfg, log: cfg.Log, pending: map[nodeKey]bool{}, wake: make(chan struct{}, 1),
+		reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fleetrepair_reconcile_total",
+			Help: "Node reconciliations by result (ok, error)."}, []string{"result"}),
+		deletions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fleetrepair_nodeclaim_deletions_total",
+			Help: "NodeClaim deletions issued, by cluster and dry_run."}, []string{"cluster", "dry_run"}),
+		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fleetrepair_repair_transitions_total",
+			Help: "Repair state transitions made by the controller, by target state."}, []string{"to"}),
+	}
+	if cfg.Registerer != nil {
+		for _, c := range []prometheus.Collector{r.reconciles, r.deletions, r.transitions} {
+			if err := cfg.Registerer.Register(c); err != nil {
+				return nil, fmt.Errorf("register repair metrics: %w", err)
+			}
+		}
+	}
+	return r, nil
+}
+
+// Trigger asks for the node to be reconciled soon. It never blocks; several
+// triggers of one node before the worker runs coalesce into one pass.
+func (r *Reconciler) Trigger(cluster, node string) {
+	r.mu.Lock()
+	r.pending[nodeKey{cluster, node}] = true
+	r.mu.Unlock()
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run reconciles triggered nodes as they come, and every Resync all nodes
+// with an open repair, until ctx ends. It returns nil on cancellation.
+func (r *Reconciler) Run(ctx context.Context) error {
+	t := time.NewTicker(r.cfg.Resync)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-r.wake:
+		case <-t.C:
+			r.enqueueOpen(ctx)
+		}
+		r.drain(ctx)
+	}
+}
+
+// enqueueOpen triggers every node that has an open repair, so toleration
+// windows expire and deletions complete without new findings.
+func (r *Reconciler) enqueueOpen(ctx context.Context) {
+	open, err := r.cfg.Store.RepairsInState(ctx, ledger.OpenStates()...)
+	if err != nil {
+		r.log.ErrorContext(ctx, "list open repairs", "err", err)
+		return
+	}
+	r.mu.Lock()
+	for _, rp := range open {
+		r.pending[nodeKey{rp.Cluster, rp.Node}] = true
+	}
+	r.mu.Unlock()
+}
+
+func (r *Reconciler) drain(ctx context.Context) {
+	for ctx.Err() == nil {
+		r.mu.Lock()
+		var k nodeKey
+		found := false
+		for k = range r.pending {
+			found = true
+			break
+		}
+		delete(r.pending, k)
+		r.mu.Unlock()
+		if !found {
+			return
+		}
+		if err := r.ReconcileNode(ctx, k.cluster, k.node); err != nil {
+			r.reconciles.WithLabelValues("error").Inc()
+			r.log.ErrorContext(ctx, "reconcile node", "cluster", k.cluster, "node", k.node, "err", err)
+			continue
+		}
+		r.reconciles.WithLabelValues("ok").Inc()
+	}
+}
+
+// ReconcileNode brings one node's diagnoses, Kubernetes state and repair up
+// to date with its findings. It is idempotent. Errors are returned wrapped;
+// the next pass retries.
+func (r *Reconciler) ReconcileNode(ctx context.Context, cluster, node string) error {
+	k := r.cfg.Clusters[cluster]
+	if k == nil {
+		return fmt.Errorf("reconcile %s/%s: cluster %q is not configured", cluster, node, cluster)
+	}
+	now := r.cfg.Now()
+	open, err := r.cfg.Store.OpenRepairForNode(ctx, cluster, node)
+	hasOpen := err == nil
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("reconcile %s/%s: %w", cluster, node, err)
+	}
+
+	info, err := k.NodeInfo(ctx, node)
+	if apierrors.IsNotFound(errors.Unwrap(err)) || apierrors.IsNotFound(err) {
+		if hasOpen {
+			return r.nodeGone(ctx, k, open, now)
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reconcile %s/%s: %w", cluster, node, err)
+	}
+	if _, err := r.cfg.Store.UpsertNodeMeta(ctx, store.Node{Cluster: cluster, Name: node, NodePool: info.NodePool,
+		Zone: info.Zone, InstanceType: info.InstanceType, NodeClaim: info.NodeClaim}, now); err != nil {
+		return fmt.Errorf("reconcile %s/%s: %w", cluster, node, err)
+	}
+	n, err := r.cfg.Store.GetNode(ctx, cluster, node)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("reconcile %s/%s: %w", cluster, node, err)
+	}
+	fs, err := r.cfg.Store.FindingsForNode(ctx, cluster, node, now.Add(-r.cfg.Lookback), 10000)
+	if err != nil {
+		return fmt.Errorf("reconcile %s/%s: %w", cluster, node, err)
+	}
+	ds := r.cfg.Engine.Diagnose(diagnose.Input{Cluster: cluster, Node: node, BootID: n.BootID, Findings: fs, Now: now})
+	if err := r.recordDiagnoses(ctx, k, n.BootID, node, ds, now); err != nil {
+		return err
+	}
+	head := diagnose.Headline(ds)
+	if head.Severity != catalog.SeverityCondition {
+		return r.healthy(ctx, k, node, open, hasOpen, now)
+	}
+	return r.unhealthy(ctx, k, info, head, open, hasOpen, now)
+}
+
+// recordDiagnoses stores the diagnoses, deactivates the ones whose evidence
+// cleared, and records one Kubernetes Event per diagnosis.
+func (r *Reconciler) recordDiagnoses(ctx context.Context, k *kube.Cluster, bootID, node string, ds []diagnose.Diagnosis, now time.Time) error {
+	var keep []int64
+	for _, d := range ds {
+		rec, _, err := r.cfg.Store.UpsertDiagnosis(ctx, store.DiagnosisRecord{
+			Cluster: k.Name(), Node: node, BootID: bootID, Reason: d.Reason, Severity: string(d.Severity),
+			FaultClass: d.FaultClass, Action: string(d.Action), ConditionType: d.ConditionType,
+			CatalogVersion: d.CatalogVersion, FirstSeen: d.FirstSeen, LastSeen: d.LastSeen, FindingIDs: d.FindingIDs,
+			Detail: map[string]any{"message": d.Message, "gpus": d.GPUs, "escalated": d.Escalated,
+				"escalateTo": d.EscalateTo, "urgency": d.Urgency, "evidence": d.Evidence, "count": d.Count},
+		}, now)
+		if err != nil {
+			return fmt.Errorf("record diagnosis %s on %s/%s: %w", d.Reason, k.Name(), node, err)
+		}
+		keep = append(keep, rec.ID)
+		if !rec.EventRecordedAt.IsZero() || d.Severity == catalog.SeverityNone {
+			continue
+		}
+		evType := corev1.EventTypeWarning
+		if d.Severity == catalog.SeverityEvent && d.FaultClass == "none" {
+			evType = corev1.EventTypeNormal
+		}
+		if err := k.RecordEvent(ctx, node, evType, d.Reason, d.Message, fmt.Sprintf("diagnosis-%d-%s", rec.ID, rec.CreatedAt.Format(time.RFC3339Nano)), now); err != nil {
+			return err
+		}
+		if err := r.cfg.Store.MarkEventRecorded(ctx, rec.ID, now); err != nil {
+			return fmt.Errorf("mark event recorded: %w", err)
+		}
+	}
+	if _, err := r.cfg.Store.DeactivateDiagnoses(ctx, k.Name(), node, keep, now); err != nil {
+		return fmt.Errorf("deactivate diagnoses on %s/%s: %w", k.Name(), node, err)
+	}
+	return nil
+}
+
+func (r *Reconciler) toleration(d diagnose.Diagnosis) time.Duration {
+	if r.cfg.Toleration > 0 {
+		return r.cfg.Toleration
+	}
+	return d.Toleration()
+}
+
+// unhealthy handles a node whose headline diagnosis has condition severity.
+func (r *Reconciler) unhealthy(ctx context.Context, k *kube.Cluster, info kube.NodeInfo, head diagnose.Diagnosis, open store.Repair, hasOpen bool, now time.Time) error {
+	node := info.Name
+	if !hasOpen {
+		if skip, err := r.dryRunDone(ctx, k.Name(), node, string(info.NodeClaimUID)); err != nil || skip {
+			return r.quarantine(ctx, k, node, head, now, err)
+		}
+		tol := r.toleration(head)
+		rp, created, err := r.cfg.Store.OpenRepair(ctx, store.Repair{
+			Cluster: k.Name(), Node: node, NodeClaim: info.NodeClaim, NodeClaimUID: string(info.NodeClaimUID),
+			NodePool: info.NodePool, Reason: head.Reason, FaultClass: head.FaultClass,
+			RecommendedAction: string(head.Action), DryRun: r.cfg.DryRun, State: ledger.Detected,
+			TolerationStartedAt: now, TolerationUntil: now.Add(tol), FindingIDs: head.FindingIDs,
+			Detail: map[string]any{"message": head.Message, "gpus": head.GPUs, "toleration_seconds": tol.Seconds()},
+		}, Actor, head.Message, now)
+		if err != nil {
+			return fmt.Errorf("open repair on %s/%s: %w", k.Name(), node, err)
+		}
+		if created {
+			r.log.InfoContext(ctx, "repair opened", "cluster", k.Name(), "node", node, "repair", rp.ID,
+				"reason", head.Reason, "action", head.Action, "toleration", tol)
+		}
+		open = rp
+	} else if _, err := r.cfg.Store.AddRepairFindings(ctx, open.ID, head.FindingIDs); err != nil {
+		return fmt.Errorf("link findings to repair %d: %w", open.ID, err)
+	}
+	if err := r.quarantine(ctx, k, node, head, now, nil); err != nil {
+		return err
+	}
+	return r.advance(ctx, k, open, head, now)
+}
+
+// quarantine sets the NodeCondition (False: not ready) and the NoSchedule taint.
+func (r *Reconciler) quarantine(ctx context.Context, k *kube.Cluster, node string, head diagnose.Diagnosis, now time.Time, prior error) error {
+	if prior != nil {
+		return prior
+	}
+	if err := k.SetCondition(ctx, node, corev1.NodeCondition{Type: corev1.NodeConditionType(head.ConditionType),
+		Status: corev1.ConditionFalse, Reason: head.Reason, Message: head.Message}, now); err != nil {
+		return err
+	}
+	return k.SetQuarantine(ctx, node, true, head.Reason)
+}
+
+// dryRunDone reports whether the node's latest repair was a dry run that
+// already reached its would-delete decision for the same NodeClaim: opening
+// another would repeat that decision every toleration window.
+func (r *Reconciler) dryRunDone(ctx context.Context, cluster, node, uid string) (bool, error) {
+	if !r.cfg.DryRun {
+		return false, nil
+	}
+	last, _, err := r.cfg.Store.ListRepairs(ctx, store.RepairFilter{Cluster: cluster, Node: node, Limit: 1})
+	if err != nil {
+		return false, fmt.Errorf("list repairs of %s/%s: %w", cluster, node, err)
+	}
+	return len(last) == 1 && last[0].DryRun && last[0].State == ledger.Cancelled && last[0].NodeClaimUID == uid, nil
+}
+
+// advance moves an open repair as far as it can go now.
+func (r *Reconciler) advance(ctx context.Context, k *kube.Cluster, rp store.Repair, head diagnose.Diagnosis, now time.Time) error {
+	var err error
+	for i := 0; i < 6; i++ { // each step is one transition; bounded for safety
+		next := rp
+		switch rp.State {
+		case ledger.Detected:
+			next, err = r.step(ctx, rp, ledger.Quarantined, "condition "+head.ConditionType+"=False and NoSchedule taint set", nil, nil, now)
+		case ledger.Quarantined:
+			next, err = r.step(ctx, rp, ledger.Tolerating, fmt.Sprintf("toleration window until %s", rp.TolerationUntil.Format(time.RFC3339)),
+				map[string]any{"toleration_until": rp.TolerationUntil}, nil, now)
+		case ledger.Tolerating, ledger.Approved:
+			if rp.State == ledger.Tolerating && now.Before(rp.TolerationUntil) {
+				return nil
+			}
+			next, err = r.execute(ctx, k, rp, head, now)
+		case ledger.Deleting:
+			next, err = r.deleting(ctx, k, rp, now)
+		default:
+			return nil // awaiting approval, or terminal
+		}
+		if err != nil {
+			return err
+		}
+		if next.State == rp.State {
+			return nil
+		}
+		rp = next
+	}
+	return nil
+}
+
+func (r *Reconciler) step(ctx context.Context, rp store.Repair, to ledger.State, why string, detail map[string]any, mutate func(*store.Repair), now time.Time) (store.Repair, error) {
+	out, err := r.cfg.Store.Transition(ctx, store.TransitionRequest{ID: rp.ID, From: rp.State, To: to,
+		Actor: Actor, Reason: why, Detail: detail, Mutate: mutate}, now)
+	if errors.Is(err, store.ErrConflict) {
+		return r.cfg.Store.GetRepair(ctx, rp.ID) // another replica moved it; continue from there
+	}
+	if err != nil {
+		return rp, err
+	}
+	r.transitions.WithLabelValues(string(to)).Inc()
+	r.log.InfoContext(ctx, "repair transition", "cluster", rp.Cluster, "node", rp.Node, "repair", rp.ID,
+		"from", rp.State, "to", to, "why", why)
+	return out, nil
+}
+
+// execute carries out the recommended action once the toleration window is
+// over. With Karpenter v1.14 the only executable action is NodeClaim
+// replacement (DESIGN.md, decision 6b): a recommended replace goes through
+// the guard transaction; a recommended reset or reboot waits for on-call
+// approval, because replacing a node for a first reset-class fault is more
+// disruptive than the fault needs.
+func (r *Reconciler) execute(ctx context.Context, k *kube.Cluster, rp store.Repair, head diagnose.Diagnosis, now time.Time) (store.Repair, error) {
+	action := catalog.Action(rp.RecommendedAction)
+	if head.Action.Rank() > action.Rank() {
+		action = head.Action // escalated since the repair opened
+	}
+	if rp.State == ledger.Tolerating && action != catalog.ActionReplace {
+		return r.step(ctx, rp, ledger.AwaitingApproval, fmt.Sprintf(
+			"recommended action %s is not executable here (NodeClaim replacement only); approve to replace the node, or reset/reboot it by hand", action),
+			map[string]any{"recommended_action": action}, nil, now)
+	}
+	if rp.NodeClaim == "" {
+		return r.step(ctx, rp, ledger.Failed, "no Karpenter NodeClaim owns the node; replace it by hand", nil, nil, now)
+	}
+	why := fmt.Sprintf("toleration window over; delete NodeClaim %s (uid %s)", rp.NodeClaim, rp.NodeClaimUID)
+	if rp.DryRun {
+		why = "dry-run: " + why
+	}
+	next, err := r.cfg.Store.BeginDeletion(ctx, rp.ID, rp.State, Actor, why, now)
+	var budget *store.BudgetExceededError
+	switch {
+	case errors.As(err, &budget):
+		r.log.WarnContext(ctx, "repair held by budget", "cluster", rp.Cluster, "node", rp.Node, "repair", rp.ID, "err", err)
+		return rp, nil // retried on the next pass
+	case errors.Is(err, store.ErrConflict):
+		return r.cfg.Store.GetRepair(ctx, rp.ID)
+	case err != nil:
+		return rp, fmt.Errorf("begin deletion of repair %d: %w", rp.ID, err)
+	}
+	r.transitions.WithLabelValues(string(ledger.Deleting)).Inc()
+	return r.deleting(ctx, k, next, now)
+}
+
+// deleting issues the NodeClaim delete (idempotent) and closes the repair
+// once the NodeClaim is gone.
+func (r *Reconciler) deleting(ctx context.Context, k *kube.Cluster, rp store.Repair, now time.Time) (store.Repair, error) {
+	if rp.DryRun {
+		return r.step(ctx, rp, ledger.Cancelled, fmt.Sprintf("dry-run: NodeClaim %s would have been deleted now; nothing was deleted", rp.NodeClaim),
+			map[string]any{"dry_run": true}, func(x *store.Repair) { x.ExecutedAction = "none" }, now)
+	}
+	uid := types.UID(rp.NodeClaimUID)
+	gone, err := k.NodeClaimGone(ctx, rp.NodeClaim, uid)
+	if err != nil {
+		return rp, err
+	}
+	if !gone {
+		issued, err := k.DeleteNodeClaim(ctx, rp.NodeClaim, uid)
+		if errors.Is(err, kube.ErrUIDChanged) {
+			return r.step(ctx, rp, ledger.Cancelled, "NodeClaim was replaced under the same name; nothing deleted", nil, nil, now)
+		}
+		if err != nil {
+			return rp, err
+		}
+		if issued {
+			r.deletions.WithLabelValues(rp.Cluster, "false").Inc()
+			r.log.InfoContext(ctx, "nodeclaim deleted", "cluster", rp.Cluster, "node", rp.Node, "nodeclaim", rp.NodeClaim, "repair", rp.ID)
+		}
+		if gone, err = k.NodeClaimGone(ctx, rp.NodeClaim, uid); err != nil || !gone {
+			return rp, err
+		}
+	}
+	return r.step(ctx, rp, ledger.Replaced, fmt.Sprintf("NodeClaim %s is gone; Karpenter replaces the node", rp.NodeClaim), nil,
+		func(x *store.Repair) { x.ExecutedAction = string(catalog.ActionReplace) }, now)
+}
+
+// healthy handles a node without a condition diagnosis: nothing latches, the
+// condition returns to True and the taint is removed; a repair not yet
+// executing is resolved.
+func (r *Reconciler) healthy(ctx context.Context, k *kube.Cluster, node string, open store.Repair, hasOpen bool, now time.Time) error {
+	if hasOpen && open.State == ledger.Deleting {
+		_, err := r.deleting(ctx, k, open, now)
+		return err
+	}
+	for _, t := range r.cfg.Engine.Catalog().ConditionTypes() {
+		c, ok, err := k.Condition(ctx, node, corev1.NodeConditionType(t))
+		if err != nil {
+			return err
+		}
+		if ok && c.Status != corev1.ConditionTrue {
+			if err := k.SetCondition(ctx, node, corev1.NodeCondition{Type: c.Type, Status: corev1.ConditionTrue,
+				Reason: "NoFault", Message: "no active fault diagnosis for the current boot"}, now); err != nil {
+				return err
+			}
+		}
+	}
+	if err := k.SetQuarantine(ctx, node, false, ""); err != nil {
+		return err
+	}
+	if hasOpen {
+		_, err := r.step(ctx, open, ledger.Resolved, "evidence cleared (no active condition diagnosis for the current boot)", nil, nil, now)
+		return err
+	}
+	return nil
+}
+
+// nodeGone closes a repair whose Node no longer exists.
+func (r *Reconciler) nodeGone(ctx context.Context, k *kube.Cluster, rp store.Repair, now time.Time) error {
+	if rp.State == ledger.Deleting {
+		_, err := r.deleting(ctx, k, rp, now)
+		return err
+	}
+	_, err := r.step(ctx, rp, ledger.Cancelled, "the Node no longer exists", nil, nil, now)
+	return err
+}

@@ -1,0 +1,298 @@
+package repair_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
+	"github.com/fleetrepair/fleetrepair/agent/finding"
+	"github.com/fleetrepair/fleetrepair/controller/diagnose"
+	"github.com/fleetrepair/fleetrepair/controller/kube"
+	"github.com/fleetrepair/fleetrepair/controller/ledger"
+	"github.com/fleetrepair/fleetrepair/controller/repair"
+	"github.com/fleetrepair/fleetrepair/controller/store"
+	"github.com/fleetrepair/fleetrepair/test/karpentersim"
+	"github.com/fleetrepair/fleetrepair/test/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// clock is a fake clock the tests step by hand.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) Now() time.Time                  { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) Add(d time.Duration)             { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
+func newClock() *clock                           { return &clock{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)} }
+func (c *clock) since(d time.Duration) time.Time { return c.Now().Add(-d) }
+
+type env struct {
+	st    *store.Store
+	k     *kube.Cluster
+	sim   *karpentersim.Sim
+	rec   *repair.Reconciler
+	clock *clock
+}
+
+func newEnv(t *testing.T, dryRun bool) *env {
+	t.Helper()
+	ctx := context.Background()
+	st, err := store.Open(ctx, pgtest.DSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	c := fake.NewClientBuilder().WithScheme(kube.Scheme).WithStatusSubresource(&corev1.Node{}, &karpv1.NodeClaim{}).Build()
+	sim := karpentersim.New(c, 0)
+	if err := sim.CreateNodePool(ctx, "gpu"); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"node-lost", "node-app", "node-hang"} {
+		if err := sim.CreateNode(ctx, karpentersim.NodeSpec{Name: n, NodePool: "gpu", Zone: "z1", InstanceType: "p4d.24xlarge", GPUs: 8}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	k := kube.New("c1", c)
+	eng, err := diagnose.New(diagnose.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := newClock()
+	rec, err := repair.New(repair.Config{Store: st, Engine: eng, Clusters: map[string]*kube.Cluster{"c1": k}, DryRun: dryRun, Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{st: st, k: k, sim: sim, rec: rec, clock: clk}
+}
+
+func (e *env) ingest(t *testing.T, node string, fs ...finding.Finding) {
+	t.Helper()
+	for i := range fs {
+		fs[i].Node, fs[i].BootID = node, "boot-1"
+		if fs[i].Count == 0 {
+			fs[i].Count = 1
+		}
+		fs[i].Time = e.clock.Now()
+		fs[i].ID = finding.NewID(fs[i])
+	}
+	if _, err := e.st.IngestReport(context.Background(), finding.Report{SchemaVersion: finding.SchemaVersion,
+		Cluster: "c1", Node: node, BootID: "boot-1", Findings: fs}, e.clock.Now()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (e *env) reconcile(t *testing.T, node string) {
+	t.Helper()
+	if err := e.rec.ReconcileNode(context.Background(), "c1", node); err != nil {
+		t.Fatalf("reconcile %s: %v", node, err)
+	}
+}
+
+func (e *env) open(t *testing.T, node string) store.Repair {
+	t.Helper()
+	r, err := e.st.OpenRepairForNode(context.Background(), "c1", node)
+	if err != nil {
+		t.Fatalf("open repair for %s: %v", node, err)
+	}
+	return r
+}
+
+func (e *env) nodeClaimDeleting(t *testing.T, name string) bool {
+	t.Helper()
+	var nc karpv1.NodeClaim
+	if err := e.k.Client().Get(context.Background(), client.ObjectKey{Name: name}, &nc); err != nil {
+		return true // gone
+	}
+	return nc.DeletionTimestamp != nil
+}
+
+func xid79() finding.Finding {
+	return finding.Finding{Detector: finding.DetectorXid, Xid: 79, GPUPCI: "0000:02:00.0",
+		Evidence: []string{"NVRM: Xid (PCI:0000:02:00): 79, GPU has fallen off the bus."}}
+}
+
+// TestGPULostIsReplacedAfterToleration walks the whole repair path: Xid 79
+// -> condition, taint, repair in tolerating; nothing deleted before the
+// window ends; after it exactly one NodeClaim deletion; replaced.
+func TestGPULostIsReplacedAfterToleration(t *testing.T) {
+	e := newEnv(t, false)
+	ctx := context.Background()
+	e.ingest(t, "node-lost", xid79())
+	e.reconcile(t, "node-lost")
+
+	r := e.open(t, "node-lost")
+	if r.State != ledger.Tolerating || r.Reason != "GPULost" || r.RecommendedAction != "replace" || r.NodeClaim != "node-lost-nc" {
+		t.Fatalf("repair after first pass = %+v", r)
+	}
+	if !r.TolerationUntil.Equal(e.clock.Now().Add(10 * time.Minute)) {
+		t.Fatalf("toleration until %s, want now+10m (accelerated hardware default)", r.TolerationUntil)
+	}
+	cond, ok, _ := e.k.Condition(ctx, "node-lost", "FleetRepairAcceleratedHardwareReady")
+	if !ok || cond.Status != corev1.ConditionFalse || cond.Reason != "GPULost" {
+		t.Fatalf("condition = %+v (present %v)", cond, ok)
+	}
+	if q, _ := e.k.Quarantined(ctx, "node-lost"); !q {
+		t.Fatal("node not tainted")
+	}
+
+	e.clock.Add(9 * time.Minute)
+	e.reconcile(t, "node-lost")
+	if e.nodeClaimDeleting(t, "node-lost-nc") {
+		t.Fatal("NodeClaim deleted before the toleration window ended")
+	}
+
+	e.clock.Add(2 * time.Minute)
+	e.reconcile(t, "node-lost")
+	if !e.nodeClaimDeleting(t, "node-lost-nc") {
+		t.Fatal("NodeClaim not deleted after the toleration window")
+	}
+	if r := e.open(t, "node-lost"); r.State != ledger.Deleting {
+		t.Fatalf("state = %s, want deleting while Karpenter finalizes", r.State)
+	}
+	// Karpenter finalizes; the next pass sees the NodeClaim gone.
+	if err := e.sim.Step(ctx, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	e.reconcile(t, "node-lost")
+	e.reconcile(t, "node-lost") // idempotent
+	rs, _, err := e.st.ListRepairs(ctx, store.RepairFilter{Node: "node-lost"})
+	if err != nil || len(rs) != 1 {
+		t.Fatalf("repairs for node-lost = %d (%v), want exactly 1", len(rs), err)
+	}
+	if rs[0].State != ledger.Replaced || rs[0].ExecutedAction != "replace" {
+		t.Fatalf("final repair = %+v", rs[0])
+	}
+	if reps := e.sim.Replacements(); len(reps) != 1 {
+		t.Fatalf("replacements = %d, want exactly 1", len(reps))
+	}
+	audit, _ := e.st.RepairAudit(ctx, rs[0].ID)
+	var path []ledger.State
+	for _, a := range audit {
+		path = append(path, a.To)
+	}
+	want := []ledger.State{ledger.Detected, ledger.Quarantined, ledger.Tolerating, ledger.Deleting, ledger.Replaced}
+	if len(path) != len(want) {
+		t.Fatalf("audit path = %v, want %v", path, want)
+	}
+	for i := range want {
+		if path[i] != want[i] {
+			t.Fatalf("audit path = %v, want %v", path, want)
+		}
+	}
+}
+
+// TestAppErrorsOnlyGetEvents: application-class Xids never open a repair,
+// never set a condition or taint, and each gets one Event.
+func TestAppErrorsOnlyGetEvents(t *testing.T) {
+	e := newEnv(t, false)
+	ctx := context.Background()
+	e.ingest(t, "node-app",
+		finding.Finding{Detector: finding.DetectorXid, Xid: 13, GPUPCI: "0000:cb:00.0", Evidence: []string{"xid 13"}},
+		finding.Finding{Detector: finding.DetectorXid, Xid: 31, GPUPCI: "0000:cb:00.0", Evidence: []string{"xid 31"}})
+	for i := 0; i < 3; i++ {
+		e.reconcile(t, "node-app")
+		e.clock.Add(time.Hour)
+	}
+	if _, err := e.st.OpenRepairForNode(ctx, "c1", "node-app"); err == nil {
+		t.Fatal("an app-error node got a repair")
+	}
+	if q, _ := e.k.Quarantined(ctx, "node-app"); q {
+		t.Fatal("an app-error node was tainted")
+	}
+	if _, ok, _ := e.k.Condition(ctx, "node-app", "FleetRepairAcceleratedHardwareReady"); ok {
+		t.Fatal("an app-error node got a condition")
+	}
+	if e.nodeClaimDeleting(t, "node-app-nc") {
+		t.Fatal("an app-error node's NodeClaim was deleted")
+	}
+	var evs corev1.EventList
+	_ = e.k.Client().List(ctx, &evs)
+	n := 0
+	for _, ev := range evs.Items {
+		if ev.InvolvedObject.Name == "node-app" {
+			n++
+			if ev.Reason != "XidApplicationError" {
+				t.Errorf("event reason = %s", ev.Reason)
+			}
+		}
+	}
+	// One diagnosis per reason and boot (both Xids are XidApplicationError),
+	// so one Event, recorded once across three passes.
+	if n != 1 {
+		t.Fatalf("events on node-app = %d, want 1", n)
+	}
+}
+
+// TestResetClassWaitsForApproval: a first GPU hang (Xid 109) recommends a
+// GPU reset, which Karpenter v1.14 cannot execute: the repair waits for
+// on-call approval instead of replacing the node.
+func TestResetClassWaitsForApproval(t *testing.T) {
+	e := newEnv(t, false)
+	e.ingest(t, "node-hang", finding.Finding{Detector: finding.DetectorXid, Xid: 109, GPUPCI: "0000:cb:00.0", Evidence: []string{"xid 109"}})
+	e.reconcile(t, "node-hang")
+	e.clock.Add(11 * time.Minute)
+	e.reconcile(t, "node-hang")
+	if r := e.open(t, "node-hang"); r.State != ledger.AwaitingApproval || r.RecommendedAction != "reset-gpu" {
+		t.Fatalf("repair = %s/%s, want awaiting_approval/reset-gpu", r.State, r.RecommendedAction)
+	}
+	if e.nodeClaimDeleting(t, "node-hang-nc") {
+		t.Fatal("node replaced on a first reset-class fault")
+	}
+}
+
+// TestDryRunDeletesNothing: the whole path is recorded, no NodeClaim is
+// deleted, and the decision is not repeated every window.
+func TestDryRunDeletesNothing(t *testing.T) {
+	e := newEnv(t, true)
+	ctx := context.Background()
+	e.ingest(t, "node-lost", xid79())
+	for i := 0; i < 4; i++ {
+		e.reconcile(t, "node-lost")
+		e.clock.Add(11 * time.Minute)
+	}
+	if e.nodeClaimDeleting(t, "node-lost-nc") {
+		t.Fatal("dry run deleted a NodeClaim")
+	}
+	rs, _, _ := e.st.ListRepairs(ctx, store.RepairFilter{Node: "node-lost"})
+	if len(rs) != 1 || !rs[0].DryRun || rs[0].State != ledger.Cancelled {
+		t.Fatalf("dry-run repairs = %+v, want one cancelled dry-run repair", rs)
+	}
+	audit, _ := e.st.RepairAudit(ctx, rs[0].ID)
+	if len(audit) < 2 || audit[len(audit)-2].To != ledger.Deleting {
+		t.Fatalf("dry-run audit does not record the would-delete decision: %+v", audit)
+	}
+}
+
+// TestNewBootClearsCondition: nothing latches. A node rebooted into a new
+// boot with no fault has its condition set back to True, its taint removed
+// and its repair resolved.
+func TestNewBootClearsCondition(t *testing.T) {
+	e := newEnv(t, false)
+	ctx := context.Background()
+	e.ingest(t, "node-hang", finding.Finding{Detector: finding.DetectorXid, Xid: 109, GPUPCI: "0000:cb:00.0", Evidence: []string{"xid 109"}})
+	e.reconcile(t, "node-hang")
+	// The node reboots: its agent reports a heartbeat from a new boot.
+	if _, err := e.st.IngestReport(ctx, finding.Report{SchemaVersion: finding.SchemaVersion, Cluster: "c1", Node: "node-hang",
+		BootID: "boot-2", Heartbeat: &finding.Heartbeat{}}, e.clock.Now()); err != nil {
+		t.Fatal(err)
+	}
+	e.reconcile(t, "node-hang")
+	if _, err := e.st.OpenRepairForNode(ctx, "c1", "node-hang"); err == nil {
+		t.Fatal("repair still open after a clean reboot")
+	}
+	if q, _ := e.k.Quarantined(ctx, "node-hang"); q {
+		t.Fatal("taint kept after a clean reboot")
+	}
+	cond, _, _ := e.k.Condition(ctx, "node-hang", "FleetRepairAcceleratedHardwareReady")
+	if cond.Status != corev1.ConditionTrue {
+		t.Fatalf("condition = %s, want True after recovery", cond.Status)
+	}
+}

@@ -1,0 +1,141 @@
+// Package runner composes the controller process: store, diagnosis engine,
+// reconciler and HTTP API, each with an owner goroutine under one errgroup.
+// `fleetrepair controller`, `fleetrepair demo` and the end-to-end tests all
+// start the controller through it, so they run the same wiring.
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sort"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/fleetrepair/fleetrepair/controller/catalog"
+	"github.com/fleetrepair/fleetrepair/controller/diagnose"
+	"github.com/fleetrepair/fleetrepair/controller/kube"
+	"github.com/fleetrepair/fleetrepair/controller/repair"
+	"github.com/fleetrepair/fleetrepair/controller/store"
+	"github.com/fleetrepair/fleetrepair/web/api"
+)
+
+// Options configures a controller.
+type Options struct {
+	// DatabaseURL is a PostgreSQL connection string.
+	DatabaseURL string
+	// Migrate applies the embedded migrations at start.
+	Migrate bool
+	// Listen is the HTTP address ("127.0.0.1:0" picks a free port).
+	Listen string
+	// Clusters maps cluster names to their Kubernetes access.
+	Clusters map[string]*kube.Cluster
+	// DryRun records decisions and deletes no NodeClaim.
+	DryRun bool
+	// Toleration overrides every reason's toleration when > 0.
+	Toleration time.Duration
+	// Resync is the reconciler's period over open repairs (default 10s).
+	Resync time.Duration
+	// AgentToken is the static agent bearer token (empty: no agent auth;
+	// only for demos and tests).
+	AgentToken string
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+	Log *slog.Logger
+}
+
+// Controller is a started controller.
+type Controller struct {
+	// URL is the API's base URL, e.g. http://127.0.0.1:8080.
+	URL   string
+	Store *store.Store
+
+	ln   net.Listener
+	opts Options
+	rec  *repair.Reconciler
+	srv  *http.Server
+}
+
+// Start opens the database (migrating it when asked), builds the reconciler
+// and the API, and binds the listener. Call Run to serve.
+func Start(ctx context.Context, o Options) (*Controller, error) {
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if len(o.Clusters) == 0 {
+		return nil, errors.New("start controller: no clusters configured")
+	}
+	if o.Migrate {
+		if err := store.Migrate(ctx, o.DatabaseURL, "up", nil); err != nil {
+			return nil, fmt.Errorf("start controller: %w", err)
+		}
+	}
+	st, err := store.Open(ctx, o.DatabaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("start controller: %w", err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	cat := catalog.Default()
+	eng, err := diagnose.New(diagnose.Options{Catalog: cat})
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	rec, err := repair.New(repair.Config{Store: st, Engine: eng, Clusters: o.Clusters, DryRun: o.DryRun,
+		Toleration: o.Toleration, Resync: o.Resync, Now: o.Now, Log: o.Log, Registerer: reg})
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	names := make([]string, 0, len(o.Clusters))
+	for n := range o.Clusters {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	h, err := api.Handler(api.Config{Store: st, Catalog: cat, Clusters: names, AgentToken: o.AgentToken,
+		OnIngest: rec.Trigger, Gatherer: reg, Registerer: reg, Now: o.Now, Log: o.Log})
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", o.Listen)
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("start controller: listen on %s: %w", o.Listen, err)
+	}
+	return &Controller{URL: "http://" + ln.Addr().String(), Store: st, ln: ln, opts: o, rec: rec,
+		srv: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}}, nil
+}
+
+// Run serves the API and runs the reconciler until ctx ends, then shuts the
+// HTTP server down gracefully and closes the store. It returns the first
+// error of any part, or nil after a clean shutdown.
+func (c *Controller) Run(ctx context.Context) error {
+	defer c.Store.Close()
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return c.rec.Run(ctx) })
+	g.Go(func() error {
+		if err := c.srv.Serve(c.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("serve api: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return c.srv.Shutdown(sctx)
+	})
+	c.opts.Log.Info("controller running", "url", c.URL, "dry_run", c.opts.DryRun, "clusters", len(c.opts.Clusters))
+	return g.Wait()
+}

@@ -1,0 +1,378 @@
+// Package api is fleetrepair's HTTP interface (chi): agent ingest
+// (POST /api/v1/reports), repair history and node timelines for SREs, the
+// reason catalog, and the operational endpoints /metrics, /livez and /readyz.
+//
+// Every error has one JSON envelope, {"message", "detail", "validations"};
+// store errors map to status codes in one place (writeStoreError).
+package api
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/fleetrepair/fleetrepair/agent/finding"
+	"github.com/fleetrepair/fleetrepair/controller/catalog"
+	"github.com/fleetrepair/fleetrepair/controller/ledger"
+	"github.com/fleetrepair/fleetrepair/controller/store"
+)
+
+// MaxReportBytes bounds one ingest request body (4 MiB).
+const MaxReportBytes = 4 << 20
+
+// Config configures the API server.
+type Config struct {
+	Store   *store.Store
+	Catalog *catalog.Catalog
+	// Clusters are the cluster names this controller serves; reports for
+	// other clusters are refused.
+	Clusters []string
+	// AgentToken, when set, is the static bearer token agents must present
+	// (demo and development mode; DESIGN.md decision 10).
+	AgentToken string
+	// OnIngest is called after a report is stored (the reconciler's Trigger).
+	OnIngest func(cluster, node string)
+	Gatherer prometheus.Gatherer
+	// Registerer receives the API's metrics (optional).
+	Registerer prometheus.Registerer
+	Now        func() time.Time
+	Log        *slog.Logger
+}
+
+type server struct {
+	cfg      Config
+	clusters map[string]bool
+	reports  *prometheus.CounterVec
+	findings prometheus.Counter
+}
+
+// Handler returns the HTTP handler with every route.
+func Handler(cfg Config) (http.Handler, error) {
+	if cfg.Store == nil || cfg.Catalog == nil {
+		return nil, errors.New("new api handler: Store and Catalog are required")
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if cfg.Gatherer == nil {
+		cfg.Gatherer = prometheus.DefaultGatherer
+	}
+	s := &server{cfg: cfg, clusters: map[string]bool{},
+		reports: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fleetrepair_ingest_reports_total",
+			Help: "Agent reports received, by result (ok, invalid, unauthorized, error)."}, []string{"result"}),
+		findings: prometheus.NewCounter(prometheus.CounterOpts{Name: "fleetrepair_ingest_findings_new_total",
+			Help: "Findings stored for the first time (duplicates excluded)."}),
+	}
+	if cfg.Registerer != nil {
+		for _, c := range []prometheus.Collector{s.reports, s.findings} {
+			if err := cfg.Registerer.Register(c); err != nil {
+				return nil, fmt.Errorf("register api metrics: %w", err)
+			}
+		}
+	}
+	for _, c := range cfg.Clusters {
+		s.clusters[c] = true
+	}
+	r := chi.NewRouter()
+	r.Use(middleware.RequestID, middleware.Recoverer)
+	r.Get("/livez", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	r.Get("/readyz", s.readyz)
+	r.Handle("/metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))
+	r.Route("/api/v1", func(r chi.Router) {
+		r.Post("/reports", s.ingest)
+		r.Get("/repairs", s.listRepairs)
+		r.Get("/repairs/{id}", s.getRepair)
+		r.Get("/nodes/{cluster}/{node}", s.getNode)
+		r.Get("/reasons", s.reasons)
+	})
+	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "no such route: "+r.Method+" "+r.URL.Path, "", nil)
+	})
+	return r, nil
+}
+
+// ErrorBody is the one error envelope of the API.
+type ErrorBody struct {
+	Message     string   `json:"message"`
+	Detail      string   `json:"detail,omitempty"`
+	Validations []string `json:"validations,omitempty"`
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, msg, detail string, validations []string) {
+	writeJSON(w, status, ErrorBody{Message: msg, Detail: detail, Validations: validations})
+}
+
+// writeStoreError maps store errors to status codes: ErrNotFound 404,
+// ErrConflict 409, ErrInvalid 400, anything else 500 (logged, not echoed).
+func (s *server) writeStoreError(w http.ResponseWriter, r *http.Request, err error) {
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		writeError(w, http.StatusNotFound, "not found", err.Error(), nil)
+	case errors.Is(err, store.ErrConflict):
+		writeError(w, http.StatusConflict, "conflict", err.Error(), nil)
+	case errors.Is(err, store.ErrInvalid):
+		writeError(w, http.StatusBadRequest, "invalid request", err.Error(), nil)
+	default:
+		s.cfg.Log.ErrorContext(r.Context(), "api store error", "path", r.URL.Path, "err", err)
+		writeError(w, http.StatusInternalServerError, "internal error", "see the controller log, request id "+middleware.GetReqID(r.Context()), nil)
+	}
+}
+
+func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	if err := s.cfg.Store.Ping(ctx); err != nil {
+		writeError(w, http.StatusServiceUnavailable, "database unreachable", err.Error(), nil)
+		return
+	}
+	_, _ = w.Write([]byte("ok\n"))
+}
+
+func (s *server) authorized(r *http.Request) bool {
+	if s.cfg.AgentToken == "" {
+		return true
+	}
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return ok && subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.AgentToken)) == 1
+}
+
+// IngestResponse is the body of a successful POST /api/v1/reports.
+type IngestResponse struct {
+	Accepted int `json:"accepted"` // findings in the report
+	Inserted int `json:"inserted"` // findings stored for the first time
+}
+
+func (s *server) ingest(w http.ResponseWriter, r *http.Request) {
+	if !s.authorized(r) {
+		s.reports.WithLabelValues("unauthorized").Inc()
+		writeError(w, http.StatusUnauthorized, "missing or wrong agent token", "send Authorization: Bearer <token>", nil)
+		return
+	}
+	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
+		s.reports.WithLabelValues("invalid").Inc()
+		writeError(w, http.StatusUnsupportedMediaType, "content type must be application/json", ct, nil)
+		return
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxReportBytes))
+	dec.DisallowUnknownFields()
+	var rep finding.Report
+	if err := dec.Decode(&rep); err != nil {
+		s.reports.WithLabelValues("invalid").Inc()
+		status := http.StatusBadRequest
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			status = http.StatusRequestEntityTooLarge
+		}
+		writeError(w, status, "malformed report", err.Error(), nil)
+		return
+	}
+	if dec.More() {
+		s.reports.WithLabelValues("invalid").Inc()
+		writeError(w, http.StatusBadRequest, "malformed report", "trailing data after the JSON object", nil)
+		return
+	}
+	if err := rep.Validate(); err != nil {
+		s.reports.WithLabelValues("invalid").Inc()
+		var ve *finding.ValidationError
+		if errors.As(err, &ve) {
+			writeError(w, http.StatusBadRequest, "invalid report", "", ve.Problems)
+			return
+		}
+		writeError(w, http.StatusBadRequest, "invalid report", err.Error(), nil)
+		return
+	}
+	if !s.clusters[rep.Cluster] {
+		s.reports.WithLabelValues("invalid").Inc()
+		writeError(w, http.StatusForbidden, "unknown cluster", fmt.Sprintf("this controller serves clusters %v, not %q", s.cfg.Clusters, rep.Cluster), nil)
+		return
+	}
+	for i := range rep.Findings {
+		if rep.Findings[i].Node == "" {
+			rep.Findings[i].Node = rep.Node
+		}
+		if rep.Findings[i].BootID == "" {
+			rep.Findings[i].BootID = rep.BootID
+		}
+	}
+	n, err := s.cfg.Store.IngestReport(r.Context(), rep, s.cfg.Now())
+	if err != nil {
+		s.reports.WithLabelValues("error").Inc()
+		s.writeStoreError(w, r, err)
+		return
+	}
+	s.reports.WithLabelValues("ok").Inc()
+	s.findings.Add(float64(n))
+	if s.cfg.OnIngest != nil && (n > 0 || rep.Heartbeat != nil) {
+		s.cfg.OnIngest(rep.Cluster, rep.Node)
+	}
+	writeJSON(w, http.StatusOK, IngestResponse{Accepted: len(rep.Findings), Inserted: n})
+}
+
+func (s *server) reasons(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, s.cfg.Catalog)
+}
+
+// RepairPage is the body of GET /api/v1/repairs.
+type RepairPage struct {
+	Items []Repair `json:"items"`
+	// NextCursor continues the listing (?cursor=...); empty on the last page.
+	NextCursor string `json:"nextCursor,omitempty"`
+}
+
+func parseTime(q string) (time.Time, error) {
+	if q == "" {
+		return time.Time{}, nil
+	}
+	t, err := time.Parse(time.RFC3339, q)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("parse time %q (want RFC 3339, e.g. 2026-11-30T12:00:00Z): %w", q, err)
+	}
+	return t, nil
+}
+
+func (s *server) listRepairs(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	f := store.RepairFilter{Cluster: q.Get("cluster"), Node: q.Get("node"), Reason: q.Get("reason"), State: ledger.State(q.Get("state"))}
+	var problems []string
+	if f.State != "" && !ledger.Valid(f.State) {
+		problems = append(problems, fmt.Sprintf("state: %q is not a repair state", f.State))
+	}
+	var err error
+	if f.Since, err = parseTime(q.Get("since")); err != nil {
+		problems = append(problems, "since: "+err.Error())
+	}
+	if f.Until, err = parseTime(q.Get("until")); err != nil {
+		problems = append(problems, "until: "+err.Error())
+	}
+	if c := q.Get("cursor"); c != "" {
+		if f.Cursor, err = strconv.ParseInt(c, 10, 64); err != nil || f.Cursor <= 0 {
+			problems = append(problems, "cursor: not a cursor returned by this API")
+		}
+	}
+	if l := q.Get("limit"); l != "" {
+		if f.Limit, err = strconv.Atoi(l); err != nil || f.Limit < 1 || f.Limit > store.MaxListLimit {
+			problems = append(problems, fmt.Sprintf("limit: must be 1..%d", store.MaxListLimit))
+		}
+	}
+	if len(problems) > 0 {
+		writeError(w, http.StatusBadRequest, "invalid query", "", problems)
+		return
+	}
+	rs, next, err := s.cfg.Store.ListRepairs(r.Context(), f)
+	if err != nil {
+		s.writeStoreError(w, r, err)
+		return
+	}
+	page := RepairPage{Items: make([]Repair, 0, len(rs))}
+	for _, rp := range rs {
+		page.Items = append(page.Items, toRepair(rp))
+	}
+	if next > 0 {
+		page.NextCursor = strconv.FormatInt(next, 10)
+	}
+	writeJSON(w, http.StatusOK, page)
+}
+
+// RepairDetail is the body of GET /api/v1/repairs/{id}.
+type RepairDetail struct {
+	Repair   Repair            `json:"repair"`
+	Audit    []AuditEntry      `json:"audit"`
+	Findings []finding.Finding `json:"findings"`
+}
+
+func (s *server) getRepair(w http.ResponseWriter, r *http.Request) {
+	id, err := strconv.ParseInt(chi.URLParam(r, "id"), 10, 64)
+	if err != nil || id <= 0 {
+		writeError(w, http.StatusBadRequest, "invalid repair id", chi.URLParam(r, "id"), nil)
+		return
+	}
+	rp, err := s.cfg.Store.GetRepair(r.Context(), id)
+	if err != nil {
+		s.writeStoreError(w, r, err)
+		return
+	}
+	audit, err := s.cfg.Store.RepairAudit(r.Context(), id)
+	if err != nil {
+		s.writeStoreError(w, r, err)
+		return
+	}
+	fs, err := s.cfg.Store.RepairFindings(r.Context(), id)
+	if err != nil {
+		s.writeStoreError(w, r, err)
+		return
+	}
+	out := RepairDetail{Repair: toRepair(rp), Audit: make([]AuditEntry, 0, len(audit)), Findings: fs}
+	for _, a := range audit {
+		out.Audit = append(out.Audit, toAudit(a))
+	}
+	if out.Findings == nil {
+		out.Findings = []finding.Finding{}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// NodeDetail is the body of GET /api/v1/nodes/{cluster}/{node}.
+type NodeDetail struct {
+	Node      Node              `json:"node"`
+	Diagnoses []Diagnosis       `json:"diagnoses"`
+	Findings  []finding.Finding `json:"findings"`
+	Repairs   []Repair          `json:"repairs"`
+}
+
+func (s *server) getNode(w http.ResponseWriter, r *http.Request) {
+	cluster, name := chi.URLParam(r, "cluster"), chi.URLParam(r, "node")
+	n, err := s.cfg.Store.GetNode(r.Context(), cluster, name)
+	if err != nil {
+		s.writeStoreError(w, r, err)
+		return
+	}
+	ds, err := s.cfg.Store.DiagnosesForNode(r.Context(), cluster, name, 200)
+	if err != nil {
+		s.writeStoreError(w, r, err)
+		return
+	}
+	fs, err := s.cfg.Store.FindingsForNode(r.Context(), cluster, name, time.Time{}, 500)
+	if err != nil {
+		s.writeStoreError(w, r, err)
+		return
+	}
+	rs, _, err := s.cfg.Store.ListRepairs(r.Context(), store.RepairFilter{Cluster: cluster, Node: name, Limit: 100})
+	if err != nil {
+		s.writeStoreError(w, r, err)
+		return
+	}
+	out := NodeDetail{Node: toNode(n), Diagnoses: []Diagnosis{}, Findings: fs, Repairs: []Repair{}}
+	if out.Findings == nil {
+		out.Findings = []finding.Finding{}
+	}
+	for _, d := range ds {
+		out.Diagnoses = append(out.Diagnoses, toDiagnosis(d))
+	}
+	for _, rp := range rs {
+		out.Repairs = append(out.Repairs, toRepair(rp))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
