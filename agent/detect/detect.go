@@ -73,6 +73,7 @@ type Detector struct {
 	hold  time.Duration
 
 	n       uint64   // index of the current record (1-based)
+	gateHit []int8   // per Rules.gates, for the current record: 0 not searched, 1 found, -1 absent
 	open    []*group // held events, oldest first
 	portGPU map[string]string
 
@@ -95,6 +96,7 @@ func New(opts Options) *Detector {
 	if d.rules == nil {
 		d.rules = DefaultRules()
 	}
+	d.gateHit = make([]int8, len(d.rules.gates))
 	if d.now == nil {
 		d.now = time.Now
 	}
@@ -197,7 +199,7 @@ func (d *Detector) ScanRecords(recs []kmsg.Record) []finding.Finding {
 // way go to closed, findings complete with this record to cur.
 func (d *Detector) examine(rec kmsg.Record, closed, cur *[]finding.Finding) {
 	msg := rec.Message
-	if strings.Contains(msg, "Xid (") {
+	if strings.Contains(msg, "NVRM: Xid (") {
 		if x, ok := parseXid(msg); ok {
 			d.xid(rec, x, closed, cur)
 			return // an Xid line is an Xid finding and nothing else
@@ -206,7 +208,20 @@ func (d *Detector) examine(rec kmsg.Record, closed, cur *[]finding.Finding) {
 	if d.held.Load() > 0 || strings.Contains(msg, "AER") || strings.Contains(msg, "PCIe Bus Error") {
 		d.aerLine(rec, closed, cur)
 	}
+	clear(d.gateHit)
 	for _, rule := range d.rules.Rules {
+		if rule.gate >= 0 {
+			hit := &d.gateHit[rule.gate]
+			if *hit == 0 {
+				*hit = -1
+				if strings.Contains(msg, d.rules.gates[rule.gate]) {
+					*hit = 1
+				}
+			}
+			if *hit < 0 {
+				continue
+			}
+		}
 		if m, ok := rule.match(msg); ok {
 			d.ruleMatched(rule, m, rec, closed, cur)
 		}

@@ -44,6 +44,10 @@ type Rules struct {
 	Rules []*Rule   `json:"rules"`
 
 	group, secondary map[int]bool
+	// gates are the distinct literal lead-ins ("NVRM: ") that every match
+	// of some rules begins with; a message without a gate skips all its
+	// rules with one search instead of one per rule.
+	gates []string
 }
 
 // XidConfig tunes the Xid parser.
@@ -80,7 +84,8 @@ type Rule struct {
 	Window   Duration          `json:"window,omitzero"`
 	Samples  Samples           `json:"samples"`
 
-	re *regexp.Regexp
+	re   *regexp.Regexp
+	gate int // index in Rules.gates, -1 none
 }
 
 // Samples are the lines a Rule is checked against.
@@ -184,6 +189,17 @@ func ParseRules(data []byte) (*Rules, error) {
 			continue
 		}
 		rule.re = re
+		rule.gate = -1
+		// The gate is the literal start of every match up to its first
+		// ": ", e.g. "NVRM: " for the driver's messages.
+		if prefix, _ := re.LiteralPrefix(); strings.Contains(prefix, ": ") {
+			g := prefix[:strings.Index(prefix, ": ")+2]
+			rule.gate = slices.Index(r.gates, g)
+			if rule.gate < 0 {
+				rule.gate = len(r.gates)
+				r.gates = append(r.gates, g)
+			}
+		}
 		if rule.Window.Duration == 0 {
 			rule.Window.Duration = time.Second
 		}

@@ -29,6 +29,7 @@ const (
 	DefaultRetryInitialInterval = 1 * time.Second
 	DefaultRetryMaxInterval     = 30 * time.Second
 	DefaultShutdownTimeout      = 3 * time.Second
+	DefaultSpoolMaxBytes        = 32 << 20
 )
 
 // Clock is the time source of the sender: report times, flush and heartbeat
@@ -89,6 +90,14 @@ type Config struct {
 	// ShutdownTimeout bounds the last flush Run makes after its context ends.
 	// Default 3s.
 	ShutdownTimeout time.Duration
+
+	// SpoolDir, when set, is a directory (created 0700; on a node, a hostPath
+	// that outlives the agent's pod) where undelivered findings are kept
+	// across agent restarts: see the package doc. Empty: no spool, findings
+	// undelivered at exit are lost and counted.
+	SpoolDir string
+	// SpoolMaxBytes bounds the spool file, in bytes. Default 32 MiB.
+	SpoolMaxBytes int64
 
 	// Critical reports whether a finding is sent at once instead of waiting
 	// for the next flush point, and whether it is kept when the queue is full.
@@ -156,6 +165,7 @@ func (c Config) withDefaults() (Config, error) {
 	setDefault(&c.RetryInitialInterval, DefaultRetryInitialInterval)
 	setDefault(&c.RetryMaxInterval, DefaultRetryMaxInterval)
 	setDefault(&c.ShutdownTimeout, DefaultShutdownTimeout)
+	setDefault(&c.SpoolMaxBytes, DefaultSpoolMaxBytes)
 	if c.HTTPClient == nil {
 		c.HTTPClient = &http.Client{}
 	}
@@ -191,6 +201,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.BatchSize < 1 || c.BatchSize > finding.MaxFindingsPerReport {
 		p = append(p, fmt.Errorf("batchSize: %d is not in 1..%d", c.BatchSize, finding.MaxFindingsPerReport))
+	}
+	if c.SpoolMaxBytes < 0 {
+		p = append(p, fmt.Errorf("spoolMaxBytes: %d must be positive", c.SpoolMaxBytes))
 	}
 	if c.QueueSize < 1 {
 		p = append(p, fmt.Errorf("queueSize: %d must be >= 1", c.QueueSize))

@@ -47,15 +47,28 @@
 // and heartbeats (also on the grid) stay spread out too. The sender sleeps when
 // there is nothing to do: an idle agent wakes about once per HeartbeatInterval.
 //
-// # Not yet done: the on-disk spool (issue 3)
+// # Spool (Config.SpoolDir)
 //
-// The queue lives in memory only. Findings queued or in flight when the agent
-// exits are lost; Run counts them on dropped_total{reason="shutdown"} and
-// reports them in its error, after one last flush with a short deadline. The
-// spool that survives agent restarts is meant to plug in behind the unexported
-// queue interface (queue.go): push on Enqueue, take a batch, commit it once the
-// controller has answered. A spool keeps a taken batch on disk until commit, so
-// a crash mid-send resends it on the next start (at-least-once holds across
-// restarts, finding IDs deduplicate). The sender already calls commit; the
-// in-memory queue's commit does nothing.
+// Without a spool the queue lives in memory only: what is queued or in flight
+// when the agent exits, and the last flush (ShutdownTimeout) cannot deliver,
+// is counted on dropped_total{reason="shutdown"} and reported in Run's error.
+//
+// With a spool, the uplink keeps an on-disk snapshot of the batch in flight
+// and the queue (one JSON-lines file, replaced atomically, at most
+// SpoolMaxBytes) and loads it back in New, so the findings are resent after
+// a restart with the same IDs (the controller deduplicates them). The
+// snapshot is written only when it matters, so a healthy agent does no disk
+// I/O for it:
+//
+//   - after every failed attempt, when the queue changed since the last save;
+//   - at shutdown, for whatever the last flush could not deliver;
+//   - removed once everything in it has been answered.
+//
+// What the spool does not cover (the rest of issue 3): it is not
+// write-through. A crash (SIGKILL, OOM, kernel panic) loses what arrived since
+// the last snapshot: up to one retry wait (RetryMaxInterval) of findings
+// while the controller is unreachable, up to FlushInterval of not-yet-sent
+// findings while it is healthy. Writing every finding as it is enqueued would
+// close that gap at the cost of disk I/O on the kernel-log path; it would go
+// behind memQueue.push, off the caller's goroutine.
 package uplink

@@ -28,6 +28,7 @@ type metrics struct {
 	dropped      *prometheus.CounterVec
 	rejected     prometheus.Counter
 	lastSuccess  prometheus.Gauge
+	spooled      prometheus.Gauge
 
 	// Enqueue's drop counters, resolved once: no label lookup on the hot path.
 	dropQueueFull, dropQueueFullCritical prometheus.Counter
@@ -72,10 +73,14 @@ func newMetrics(queueLen func() float64) *metrics {
 			Namespace: ns, Subsystem: sub, Name: "last_success_timestamp_seconds",
 			Help: "Unix time of the last report the controller accepted; 0 before the first.",
 		}),
+		spooled: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "spool_findings",
+			Help: "Findings in the on-disk spool file (0 without a spool, or when all were delivered).",
+		}),
 	}
 	// Create every label value up front so that rate() and alerts see 0, not
 	// absence, before the first drop.
-	for _, r := range []string{DropQueueFull, DropQueueFullCritical, DropRejected, DropInvalid, DropShutdown} {
+	for _, r := range []string{DropQueueFull, DropQueueFullCritical, DropRejected, DropInvalid, DropShutdown, DropSpoolCorrupt} {
 		m.dropped.WithLabelValues(r)
 	}
 	for _, r := range []string{errNetwork, errToken, err5xx, err429, err408, errAuth, errOther} {
@@ -89,7 +94,7 @@ func newMetrics(queueLen func() float64) *metrics {
 // register registers every metric on reg, or none of them.
 func (m *metrics) register(reg prometheus.Registerer) error {
 	cs := []prometheus.Collector{m.queueLength, m.enqueued, m.sentFindings, m.sentReports,
-		m.sendErrors, m.retries, m.dropped, m.rejected, m.lastSuccess}
+		m.sendErrors, m.retries, m.dropped, m.rejected, m.lastSuccess, m.spooled}
 	for i, c := range cs {
 		if err := reg.Register(c); err != nil {
 			for _, done := range cs[:i] {

@@ -21,30 +21,13 @@ const (
 	DropRejected = "rejected"
 	// DropInvalid: the finding failed finding.Report.Validate before sending.
 	DropInvalid = "invalid"
-	// DropShutdown: still queued or in flight when Run returned and the last
-	// flush could not deliver it (no spool yet, see the package doc).
+	// DropShutdown: still queued or in flight when Run returned, the last
+	// flush could not deliver it and there was no room in the spool (or no
+	// spool).
 	DropShutdown = "shutdown"
+	// DropSpoolCorrupt: a line of the spool file could not be read back.
+	DropSpoolCorrupt = "spool_corrupt"
 )
-
-// queue holds findings between Enqueue and the controller's answer. It is the
-// seam for the on-disk spool (issue 3): a spool implements the same methods,
-// persisting in push and deleting in commit.
-type queue interface {
-	// push adds f without blocking; when the queue is full it first drops a
-	// finding (oldest non-critical, else oldest critical) and says why.
-	// Safe for concurrent use.
-	push(f finding.Finding, critical bool) pushResult
-	// take removes and returns up to max findings: critical ones first, then
-	// the oldest non-critical ones, in enqueue order. The batch stays owned by
-	// the queue, for a durable implementation, until commit.
-	take(max int) []finding.Finding
-	// commit confirms that the controller answered (accepted or rejected) the
-	// batch last returned by take. A spool deletes it from disk here; until
-	// then a restart resends it.
-	commit()
-	// state describes the queue now.
-	state() queueState
-}
 
 type pushResult struct {
 	dropped  string // a Drop* reason, or "" when nothing was dropped
@@ -54,6 +37,7 @@ type pushResult struct {
 
 type queueState struct {
 	n, critical int
+	version     uint64 // changes on every push and take: the spool saves only when it moved
 	// since is when the queue last went from empty to non-empty; zero when
 	// empty. The sender flushes at the first flush point after it.
 	since time.Time
@@ -66,23 +50,27 @@ type entry struct {
 	f   finding.Finding
 }
 
-// memQueue is the in-memory queue: two FIFO lanes, critical and normal, under
-// one mutex.
+// memQueue holds findings between Enqueue and the sender: two FIFO lanes,
+// critical and normal, under one mutex. Enqueue order is kept across the
+// lanes by a sequence number.
 type memQueue struct {
 	limit int
 	now   func() time.Time
 
 	mu    sync.Mutex
-	seq   uint64
+	seq   uint64 // last sequence number given; also the version of pushes
 	crit  ring[entry]
 	norm  ring[entry]
 	since time.Time
+	takes uint64
 }
 
 func newMemQueue(limit int, now func() time.Time) *memQueue {
 	return &memQueue{limit: limit, now: now}
 }
 
+// push adds f without blocking; when the queue is full it first drops a
+// finding (the oldest non-critical, else the oldest critical) and says why.
 func (q *memQueue) push(f finding.Finding, critical bool) pushResult {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -112,6 +100,8 @@ func (q *memQueue) push(f finding.Finding, critical bool) pushResult {
 	return r
 }
 
+// take removes and returns up to max findings: critical ones first, then the
+// oldest non-critical ones; the batch is in enqueue order.
 func (q *memQueue) take(max int) []finding.Finding {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -120,6 +110,7 @@ func (q *memQueue) take(max int) []finding.Finding {
 	if nc+nn == 0 {
 		return nil
 	}
+	q.takes++
 	out := make([]finding.Finding, 0, nc+nn)
 	for nc > 0 || nn > 0 { // merge the lanes by enqueue order
 		if nn == 0 || (nc > 0 && q.crit.peek().seq < q.norm.peek().seq) {
@@ -138,12 +129,30 @@ func (q *memQueue) take(max int) []finding.Finding {
 	return out
 }
 
-func (q *memQueue) commit() {}
-
 func (q *memQueue) state() queueState {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return queueState{n: q.crit.len() + q.norm.len(), critical: q.crit.len(), since: q.since}
+	return queueState{n: q.crit.len() + q.norm.len(), critical: q.crit.len(), since: q.since,
+		version: q.seq + q.takes}
+}
+
+// snapshot returns a copy of every queued finding, in enqueue order, and the
+// queue version it reflects.
+func (q *memQueue) snapshot() ([]finding.Finding, uint64) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	out := make([]finding.Finding, 0, q.crit.len()+q.norm.len())
+	i, j := 0, 0
+	for i < q.crit.len() || j < q.norm.len() {
+		if j == q.norm.len() || (i < q.crit.len() && q.crit.at(i).seq < q.norm.at(j).seq) {
+			out = append(out, q.crit.at(i).f)
+			i++
+		} else {
+			out = append(out, q.norm.at(j).f)
+			j++
+		}
+	}
+	return out, q.seq + q.takes
 }
 
 // ring is a FIFO on a circular buffer whose capacity is a power of two. It
@@ -175,6 +184,9 @@ func (r *ring[T]) push(v T) {
 
 // peek returns the oldest element; the ring must not be empty.
 func (r *ring[T]) peek() *T { return &r.buf[r.head] }
+
+// at returns the i-th oldest element, 0 <= i < len.
+func (r *ring[T]) at(i int) *T { return &r.buf[(r.head+i)&(len(r.buf)-1)] }
 
 // pop removes and returns the oldest element; the ring must not be empty.
 func (r *ring[T]) pop() T {

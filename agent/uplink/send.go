@@ -69,6 +69,7 @@ func (u *Uplink) deliver(ctx context.Context, batch []finding.Finding) error {
 			return ctx.Err()
 		}
 		u.m.sendErrors.WithLabelValues(res.reason).Inc()
+		u.checkpoint(batch)
 		wait := u.retryWait(bo.NextBackOff(), res.retryAfter)
 		if !u.failing {
 			u.failing, u.failingSince = true, u.cfg.Clock.Now()
@@ -105,7 +106,6 @@ func (u *Uplink) retryWait(d, retryAfter time.Duration) time.Duration {
 func (u *Uplink) answered(res outcome, batch []finding.Finding, hbVersion uint64) {
 	now := u.cfg.Clock.Now()
 	u.lastExchange = now
-	u.q.commit()
 	if res.kind == outcomeRejected {
 		u.m.rejected.Inc()
 		u.m.dropped.WithLabelValues(DropRejected).Add(float64(len(batch)))
@@ -116,8 +116,13 @@ func (u *Uplink) answered(res outcome, batch []finding.Finding, hbVersion uint64
 		u.m.lastSuccess.Set(float64(now.UnixNano()) / 1e9)
 	}
 	u.heartbeatAnswered(hbVersion)
-	if u.q.state().n == 0 && u.overflow.CompareAndSwap(true, false) {
-		u.log.Info("uplink queue drained after dropping findings")
+	if u.q.state().n == 0 {
+		if u.overflow.CompareAndSwap(true, false) {
+			u.log.Info("uplink queue drained after dropping findings")
+		}
+		if u.spool != nil && u.spool.onDisk {
+			u.saveSpool(nil, 0) // everything delivered: remove the file
+		}
 	}
 }
 

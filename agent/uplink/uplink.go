@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -21,7 +22,8 @@ type Uplink struct {
 	cfg      Config
 	endpoint string
 	log      *slog.Logger
-	q        queue
+	q        *memQueue
+	spool    *spool // nil without Config.SpoolDir; used by the sender only
 	m        *metrics
 	wake     chan struct{} // Enqueue/SetHeartbeat -> sender; buffer 1, never blocks
 	running  atomic.Bool
@@ -60,7 +62,80 @@ func New(cfg Config) (*Uplink, error) {
 			return nil, err
 		}
 	}
+	if cfg.SpoolDir != "" {
+		if err := os.MkdirAll(cfg.SpoolDir, 0o700); err != nil {
+			return nil, fmt.Errorf("create spool directory: %w", err)
+		}
+		u.spool = &spool{dir: cfg.SpoolDir, maxBytes: cfg.SpoolMaxBytes, node: cfg.Node}
+		u.spool.removeStaleTemps()
+		u.loadSpool()
+	}
 	return u, nil
+}
+
+// loadSpool queues the findings a previous run left in the spool. An
+// unreadable spool is logged, not fatal: the agent must come up and watch the
+// node even when its disk is in trouble. The file stays until its findings
+// are delivered, so a crash before that loses nothing.
+func (u *Uplink) loadSpool() {
+	fs, skipped, err := u.spool.load()
+	if err != nil {
+		u.log.Error("ignore unreadable spool; it will be replaced", "err", err)
+	}
+	if skipped > 0 {
+		u.m.dropped.WithLabelValues(DropSpoolCorrupt).Add(float64(skipped))
+		u.log.Warn("skip unreadable findings in spool", "count", skipped, "path", u.spool.path())
+	}
+	for _, f := range fs {
+		u.Enqueue(f)
+	}
+	u.spool.version = u.q.state().version
+	u.m.spooled.Set(float64(len(fs)))
+	if len(fs) > 0 {
+		u.log.Info("resend findings spooled by the previous run", "count", len(fs), "path", u.spool.path())
+	}
+}
+
+// checkpoint saves the batch in flight and the queue to the spool after a
+// failed attempt, when they changed since the last save: while the
+// controller is unreachable, a crash loses at most what arrived during one
+// retry wait (at most RetryMaxInterval).
+func (u *Uplink) checkpoint(inflight []finding.Finding) {
+	if u.spool == nil {
+		return
+	}
+	queued, version := u.q.snapshot()
+	if u.spool.onDisk && version == u.spool.version {
+		return
+	}
+	if len(inflight)+len(queued) == 0 && !u.spool.onDisk {
+		return
+	}
+	if _, err := u.saveSpool(append(slices.Clone(inflight), queued...), version); err != nil {
+		u.log.Error("save spool", "err", err) // the findings are still queued in memory
+	}
+}
+
+// saveSpool replaces the spool with fs (removes it when empty) and returns
+// how many findings did not fit. A finding without a BootID gets
+// Config.BootID first: read back after a reboot, it must not pass for
+// evidence from the new boot.
+func (u *Uplink) saveSpool(fs []finding.Finding, version uint64) (omitted int, err error) {
+	for i := range fs {
+		if fs[i].BootID == "" {
+			fs[i].BootID = u.cfg.BootID
+		}
+	}
+	omitted, err = u.spool.save(fs, u.cfg.Critical, u.cfg.Clock.Now())
+	if err != nil {
+		return 0, err
+	}
+	u.spool.version = version
+	u.m.spooled.Set(float64(len(fs) - omitted))
+	if omitted > 0 {
+		u.log.Warn("spool full, oldest findings left out", "omitted", omitted, "maxBytes", u.cfg.SpoolMaxBytes)
+	}
+	return omitted, nil
 }
 
 // Enqueue queues f for sending and returns at once: it never blocks on the
@@ -302,8 +377,8 @@ func (u *Uplink) prepare(batch []finding.Finding) []finding.Finding {
 
 // shutdown makes the last flush after Run's context ended: the batch in
 // flight, then the queue, one attempt per report, within ShutdownTimeout.
-// What cannot be delivered is counted as dropped and returned as an error.
-// With the spool (issue 3) it would stay on disk for the next start instead.
+// What cannot be delivered goes to the spool; what does not fit there (or
+// everything, without a spool) is counted as dropped and returned as an error.
 func (u *Uplink) shutdown(inflight []finding.Finding) error {
 	ctx, cancel := context.WithTimeout(context.Background(), u.cfg.ShutdownTimeout)
 	defer cancel()
@@ -325,9 +400,22 @@ func (u *Uplink) shutdown(inflight []finding.Finding) error {
 		u.answered(res, batch, hbVersion)
 		batch = nil
 	}
-	lost := len(batch)
+	undelivered := batch
 	for b := u.q.take(u.cfg.QueueSize); len(b) > 0; b = u.q.take(u.cfg.QueueSize) {
-		lost += len(b)
+		undelivered = append(undelivered, b...)
+	}
+	lost := len(undelivered)
+	if u.spool != nil {
+		omitted, serr := u.saveSpool(undelivered, u.q.state().version)
+		if serr == nil && omitted == 0 {
+			u.log.Info("controller unreachable at shutdown, findings kept in spool for the next start",
+				"count", lost, "err", err)
+			return nil
+		}
+		if serr == nil {
+			lost = omitted
+		}
+		err = errors.Join(err, serr)
 	}
 	u.m.dropped.WithLabelValues(DropShutdown).Add(float64(lost))
 	return fmt.Errorf("flush uplink at shutdown: %d findings not delivered: %w", lost, err)

@@ -817,7 +817,7 @@ func TestMetricNames(t *testing.T) {
 		names = append(names, strings.TrimPrefix(mf.GetName(), mp))
 	}
 	want := []string{"dropped_total", "enqueued_findings_total", "last_success_timestamp_seconds",
-		"queue_length", "rejected_total", "retries_total", "send_errors_total", "sent_findings_total", "sent_reports_total"}
+		"queue_length", "rejected_total", "retries_total", "send_errors_total", "sent_findings_total", "sent_reports_total", "spool_findings"}
 	if !slices.Equal(names, want) {
 		t.Fatalf("metrics = %v, want %v", names, want)
 	}

@@ -1,0 +1,123 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/fleetrepair/fleetrepair/agent/finding"
+)
+
+const cases = "../../test/fixtures/cases"
+
+// runCLI runs the command line and returns stdout, stderr and the exit code.
+func runCLI(t *testing.T, stdin string, args ...string) (string, string, int) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	err := run(context.Background(), args, streams{in: strings.NewReader(stdin), out: &out, err: &errOut})
+	code := exitCode(err, &errOut)
+	return out.String(), errOut.String(), code
+}
+
+// decode parses JSON lines into findings.
+func decode(t *testing.T, out string) []finding.Finding {
+	t.Helper()
+	var fs []finding.Finding
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		if line == "" {
+			continue
+		}
+		var f finding.Finding
+		if err := json.Unmarshal([]byte(line), &f); err != nil {
+			t.Fatalf("output line %q is not a finding: %v", line, err)
+		}
+		fs = append(fs, f)
+	}
+	return fs
+}
+
+func TestScan(t *testing.T) {
+	t.Parallel()
+	c04 := filepath.Join(cases, "c04-xid45-secondary-to-nvlink", "input.kmsg.txt")
+	c02 := filepath.Join(cases, "c02-fallen-off-bus-no-xid", "input.devkmsg.txt")
+	c02text, err := os.ReadFile(c02)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name      string
+		stdin     string
+		args      []string
+		code      int
+		findings  int    // JSON lines on stdout
+		count     int    // sum of Count
+		stderrHas string // substring of stderr
+	}{
+		{name: "aggregated per file", args: []string{"scan", "--node", "node-a1", c04}, findings: 4, count: 8, stderrHas: "8 records, 0 unparsed"},
+		{name: "one finding per event", args: []string{"scan", "--events", c04}, findings: 8, count: 8},
+		{name: "explicit format", args: []string{"scan", "--format", "journalctl-k", c04}, findings: 4, count: 8},
+		{name: "kmsg alias", args: []string{"scan", "--format", "kmsg", c02}, findings: 3, count: 3},
+		{name: "stdin", stdin: string(c02text), args: []string{"scan", "-"}, findings: 3, count: 3, stderrHas: "scan -:"},
+		{name: "several files", args: []string{"scan", c02, c04}, findings: 7, count: 11},
+		{name: "unparsed lines are counted", stdin: "garbage line\nNVRM: Xid (PCI:0000:01:00): 79, GPU has fallen off the bus.\n",
+			args: []string{"scan", "--format", "dmesg", "-"}, findings: 1, count: 1, stderrHas: "2 unparsed lines"},
+		{name: "no findings still exits 0", stdin: "[ 1.000000] eth0: link up\n", args: []string{"scan", "-"}, stderrHas: "0 findings"},
+		{name: "unknown flag", args: []string{"scan", "--nope", c04}, code: exitUsage, stderrHas: "unknown flag: --nope"},
+		{name: "bad format", args: []string{"scan", "--format", "xml", c04}, code: exitUsage, stderrHas: `parse format "xml"`},
+		{name: "no file", args: []string{"scan"}, code: exitUsage, stderrHas: "at least one FILE"},
+		{name: "stdin twice", args: []string{"scan", "-", "-"}, code: exitUsage, stderrHas: "given twice"},
+		{name: "missing file", args: []string{"scan", c04, "/nonexistent/kern.log"}, code: exitError, stderrHas: "/nonexistent/kern.log: no such file"},
+		{name: "bad rules file", args: []string{"scan", "--rules", "/nonexistent/rules.yaml", c04}, code: exitError, stderrHas: "load rules"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			out, errOut, code := runCLI(t, tt.stdin, tt.args...)
+			if code != tt.code {
+				t.Fatalf("exit code %d, want %d; stderr:\n%s", code, tt.code, errOut)
+			}
+			if !strings.Contains(errOut, tt.stderrHas) {
+				t.Errorf("stderr %q lacks %q", errOut, tt.stderrHas)
+			}
+			if tt.code != exitOK {
+				if out != "" {
+					t.Errorf("stdout on failure: %q", out)
+				}
+				return
+			}
+			fs := decode(t, out)
+			count := 0
+			for _, f := range fs {
+				count += f.Count
+				if f.ID == "" || len(f.Evidence) == 0 {
+					t.Errorf("incomplete finding %+v", f)
+				}
+			}
+			if len(fs) != tt.findings || count != tt.count {
+				t.Errorf("%d findings with count %d, want %d with %d:\n%s", len(fs), count, tt.findings, tt.count, out)
+			}
+		})
+	}
+}
+
+func TestScanNodeFromFlag(t *testing.T) {
+	t.Parallel()
+	out, _, code := runCLI(t, "[ 1.0] NVRM: Xid (PCI:0000:01:00): 79, GPU has fallen off the bus.\n",
+		"scan", "--node", "node-b7", "--boot-id", "b-1", "-")
+	fs := decode(t, out)
+	if code != 0 || len(fs) != 1 || fs[0].Node != "node-b7" || fs[0].BootID != "b-1" || fs[0].Xid != 79 || fs[0].GPUPCI != "0000:01:00.0" {
+		t.Errorf("code %d, findings %+v", code, fs)
+	}
+}
+
+func TestHelp(t *testing.T) {
+	t.Parallel()
+	out, _, code := runCLI(t, "", "scan", "--help")
+	if code != 0 || !strings.Contains(out, "--format") || !strings.Contains(out, "journalctl-k") {
+		t.Errorf("help: code %d\n%s", code, out)
+	}
+}

@@ -1,0 +1,348 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
+	"github.com/fleetrepair/fleetrepair/agent/detect"
+	"github.com/fleetrepair/fleetrepair/agent/finding"
+	"github.com/fleetrepair/fleetrepair/agent/kmsg"
+	"github.com/fleetrepair/fleetrepair/agent/pipeline"
+	"github.com/fleetrepair/fleetrepair/agent/uplink"
+	"github.com/fleetrepair/fleetrepair/controller/kube"
+	"github.com/fleetrepair/fleetrepair/controller/ledger"
+	"github.com/fleetrepair/fleetrepair/controller/runner"
+	"github.com/fleetrepair/fleetrepair/controller/store"
+	"github.com/fleetrepair/fleetrepair/test/fixtures"
+	"github.com/fleetrepair/fleetrepair/test/karpentersim"
+	"github.com/fleetrepair/fleetrepair/test/pgtemp"
+)
+
+// demoOptions are the flags of `fleetrepair demo`.
+type demoOptions struct {
+	listen       string
+	databaseURL  string
+	toleration   time.Duration
+	replaceDelay time.Duration
+	exitAfter    bool
+	timeout      time.Duration
+	verbose      bool
+}
+
+func newDemoCmd() *cobra.Command {
+	var o demoOptions
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "Run the self-contained demo: throwaway PostgreSQL, simulated fleet, real agents replaying real kernel logs",
+		Long: `Run the demo of DESIGN.md's embedded default, with no cluster and no database
+server needed. It starts a throwaway PostgreSQL from the local PostgreSQL
+binaries (or uses DATABASE_URL), a simulated cluster (client fakes holding
+Nodes, a NodePool and NodeClaims, plus a simulated Karpenter that replaces a
+deleted NodeClaim), the controller and its API, and one real agent pipeline
+per node replaying kernel logs from the case corpus:
+
+  gpu-a100-1  a GPU falls off the bus (c01: AER + Xid 79)   -> quarantined, replaced
+  gpu-a100-2  application-class Xid 31 only (c10)            -> Events only
+  gpu-a100-3, gpu-a100-4  quiet                              -> untouched
+
+It prints what happens as it happens and the API's URL.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runDemo(cmd.Context(), o, cmd.OutOrStdout()) },
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.listen, "listen", "127.0.0.1:8080", "API listen address (127.0.0.1:0 picks a free port)")
+	f.StringVar(&o.databaseURL, "database-url", envOr("DATABASE_URL", ""), "use this PostgreSQL instead of a throwaway one (env DATABASE_URL)")
+	f.DurationVar(&o.toleration, "toleration", 15*time.Second, "toleration window (shortened from the 10m default for the demo)")
+	f.DurationVar(&o.replaceDelay, "replace-delay", 3*time.Second, "how long the simulated Karpenter takes to replace a node")
+	f.BoolVar(&o.exitAfter, "exit-after-scenarios", false, "check every scenario outcome, print a summary and exit (non-zero if any is wrong)")
+	f.DurationVar(&o.timeout, "timeout", 3*time.Minute, "with --exit-after-scenarios: give up after this long")
+	f.BoolVar(&o.verbose, "verbose", false, "also print the controller's structured logs")
+	return cmd
+}
+
+type demoNode struct {
+	name, zone, fixture, story string
+}
+
+var demoNodes = []demoNode{
+	{"gpu-a100-1", "us-east-1a", "c01-xid79-aer-surprise-down/input.devkmsg.txt", "a GPU falls off the bus"},
+	{"gpu-a100-2", "us-east-1a", "c10-xid31-driver-rollout/input.kmsg.txt", "application-class Xid 31 only"},
+	{"gpu-a100-3", "us-east-1b", "", "quiet"},
+	{"gpu-a100-4", "us-east-1b", "", "quiet"},
+}
+
+const demoCluster = "demo"
+
+func runDemo(ctx context.Context, o demoOptions, out io.Writer) error {
+	p := func(format string, a ...any) {
+		fmt.Fprintf(out, "%s  "+format+"\n", append([]any{time.Now().Format("15:04:05")}, a...)...)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	dsn := o.databaseURL
+	if dsn == "" {
+		p("starting a throwaway PostgreSQL (set DATABASE_URL to use your own)")
+		srv, err := pgtemp.Start(ctx, pgtemp.Options{})
+		if err != nil {
+			return fmt.Errorf("start throwaway postgres: %w", err)
+		}
+		defer srv.Stop()
+		dsn = srv.DSN("postgres")
+		p("PostgreSQL ready on port %d (data in %s, removed on exit)", srv.Port(), srv.Dir())
+	}
+
+	c := fake.NewClientBuilder().WithScheme(kube.Scheme).WithStatusSubresource(&corev1.Node{}, &karpv1.NodeClaim{}).Build()
+	sim := karpentersim.New(c, o.replaceDelay)
+	sim.OnReplace = func(r karpentersim.Replacement) {
+		p("karpenter: NodeClaim %s finalized, node %s removed; replacement %s is Ready", r.OldNodeClaim, r.OldNode, r.NewNode)
+	}
+	if err := sim.CreateNodePool(ctx, "gpu-a100"); err != nil {
+		return err
+	}
+	for _, n := range demoNodes {
+		if err := sim.CreateNode(ctx, karpentersim.NodeSpec{Name: n.name, NodePool: "gpu-a100", Zone: n.zone, InstanceType: "p4d.24xlarge", GPUs: 8}); err != nil {
+			return err
+		}
+	}
+	p("simulated cluster %q: NodePool gpu-a100, %d nodes (p4d.24xlarge, 8 GPUs each)", demoCluster, len(demoNodes))
+
+	logw := io.Discard
+	if o.verbose {
+		logw = out
+	}
+	log := slog.New(slog.NewTextHandler(logw, nil))
+	ctrl, err := runner.Start(ctx, runner.Options{DatabaseURL: dsn, Migrate: true, Listen: o.listen,
+		Clusters: map[string]*kube.Cluster{demoCluster: kube.New(demoCluster, c)}, Toleration: o.toleration,
+		Resync: time.Second, Log: log})
+	if err != nil {
+		return err
+	}
+	p("controller API on %s  (toleration %s, dry-run off)", ctrl.URL, o.toleration)
+
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	goRun := func(name string, f func() error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(); err != nil && ctx.Err() == nil {
+				errs <- fmt.Errorf("%s: %w", name, err)
+			}
+		}()
+	}
+	goRun("controller", func() error { return ctrl.Run(ctx) })
+	goRun("karpenter", func() error { return sim.Run(ctx, 500*time.Millisecond) })
+	for _, n := range demoNodes {
+		goRun("agent "+n.name, func() error { return runDemoAgent(ctx, ctrl.URL, n, log, p) })
+	}
+	goRun("watch", func() error { return watchRepairs(ctx, ctrl.Store, p) })
+
+	p("agents started; %s", storyLine())
+	p("try:  curl -s %s/api/v1/repairs | jq   or   go run ./cmd/fleetrepair repairs list --server %s", ctrl.URL, ctrl.URL)
+
+	var result error
+	if o.exitAfter {
+		result = checkScenarios(ctx, ctrl.Store, sim, o.timeout, p)
+		cancel()
+	} else {
+		select {
+		case <-ctx.Done():
+		case err := <-errs:
+			result = err
+			cancel()
+		}
+	}
+	wg.Wait()
+	if result == nil {
+		select {
+		case err := <-errs:
+			result = err
+		default:
+		}
+	}
+	return result
+}
+
+func storyLine() string {
+	parts := make([]string, 0, len(demoNodes))
+	for _, n := range demoNodes {
+		parts = append(parts, n.name+": "+n.story)
+	}
+	return strings.Join(parts, "; ")
+}
+
+// quiet is a Source with no kernel messages: the agent only heartbeats.
+type quiet struct{}
+
+func (quiet) Run(ctx context.Context, _ chan<- kmsg.Record) error { <-ctx.Done(); return nil }
+
+func runDemoAgent(ctx context.Context, url string, n demoNode, log *slog.Logger, p func(string, ...any)) error {
+	boot := "demo-boot-" + n.name
+	up, err := uplink.New(uplink.Config{URL: url, Cluster: demoCluster, Node: n.name, BootID: boot, AgentVersion: "demo",
+		FlushInterval: time.Second, HeartbeatInterval: 5 * time.Second, Logger: log})
+	if err != nil {
+		return err
+	}
+	var src pipeline.Source = quiet{}
+	if n.fixture != "" {
+		src = pipeline.Replay{Path: n.fixture, Interval: 300 * time.Millisecond,
+			Open: func(path string) (io.ReadCloser, error) {
+				sub, err := fs.Sub(fixtures.Cases, "cases")
+				if err != nil {
+					return nil, err
+				}
+				return sub.Open(path)
+			}}
+	}
+	return pipeline.Run(ctx, pipeline.Config{Source: src, Uplink: up, Log: log,
+		Detector: detect.Options{Node: n.name, BootID: boot},
+		OnFinding: func(f finding.Finding) {
+			what := f.Detector
+			if f.Xid != 0 {
+				what = fmt.Sprintf("xid %d", f.Xid)
+			}
+			if f.GPUPCI != "" {
+				what += " on " + f.GPUPCI
+			}
+			p("agent %s: finding %s", n.name, what)
+		}})
+}
+
+// watchRepairs prints every repair transition once, as it lands in the ledger.
+func watchRepairs(ctx context.Context, st *store.Store, p func(string, ...any)) error {
+	seen := map[int64]int{}
+	t := time.NewTicker(300 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		rs, _, err := st.ListRepairs(ctx, store.RepairFilter{Limit: store.MaxListLimit})
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		sort.Slice(rs, func(i, j int) bool { return rs[i].ID < rs[j].ID })
+		for _, r := range rs {
+			audit, err := st.RepairAudit(ctx, r.ID)
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return err
+			}
+			for _, a := range audit[seen[r.ID]:] {
+				from := string(a.From)
+				if from == "" {
+					from = "new"
+				}
+				p("repair %d %s: %s -> %s  (%s: %s)", r.ID, r.Node, from, a.To, a.Actor, a.Reason)
+			}
+			seen[r.ID] = len(audit)
+		}
+	}
+}
+
+// checkScenarios waits until every demo outcome holds or the timeout
+// passes, prints a summary, and returns an error listing what is wrong.
+func checkScenarios(ctx context.Context, st *store.Store, sim *karpentersim.Sim, timeout time.Duration, p func(string, ...any)) error {
+	deadline := time.Now().Add(timeout)
+	var problems []string
+	for {
+		problems = demoProblems(ctx, st, sim)
+		if len(problems) == 0 || time.Now().After(deadline) || ctx.Err() != nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	// Hold a little longer: nothing else may happen after success.
+	if len(problems) == 0 {
+		time.Sleep(2 * time.Second)
+		problems = demoProblems(ctx, st, sim)
+	}
+	p("---- scenario summary ----")
+	checks := []string{
+		"gpu-a100-1 (GPU lost): one repair, quarantined, NodeClaim deleted once after the toleration, node replaced",
+		"gpu-a100-2 (app-class Xids): Events only, no repair, no NodeClaim deletion",
+		"gpu-a100-3, gpu-a100-4 (quiet): untouched",
+	}
+	if len(problems) == 0 {
+		for _, c := range checks {
+			p("PASS  %s", c)
+		}
+		return nil
+	}
+	for _, pr := range problems {
+		p("FAIL  %s", pr)
+	}
+	return fmt.Errorf("demo: %d scenario outcome(s) wrong", len(problems))
+}
+
+func demoProblems(ctx context.Context, st *store.Store, sim *karpentersim.Sim) []string {
+	var out []string
+	reps := sim.Replacements()
+	lost := 0
+	for _, r := range reps {
+		if r.OldNode == "gpu-a100-1" {
+			lost++
+		} else {
+			out = append(out, "node "+r.OldNode+" was replaced but should not have been")
+		}
+	}
+	if lost != 1 {
+		out = append(out, fmt.Sprintf("gpu-a100-1 replaced %d times, want exactly 1", lost))
+	}
+	rs, _, err := st.ListRepairs(ctx, store.RepairFilter{Cluster: demoCluster, Node: "gpu-a100-1"})
+	switch {
+	case err != nil:
+		out = append(out, "list repairs: "+err.Error())
+	case len(rs) != 1:
+		out = append(out, fmt.Sprintf("gpu-a100-1 has %d repairs, want 1", len(rs)))
+	case rs[0].State != ledger.Replaced || rs[0].Reason != "GPULost":
+		out = append(out, fmt.Sprintf("gpu-a100-1 repair is %s/%s, want replaced/GPULost", rs[0].State, rs[0].Reason))
+	}
+	for _, n := range []string{"gpu-a100-2", "gpu-a100-3", "gpu-a100-4"} {
+		rs, _, err := st.ListRepairs(ctx, store.RepairFilter{Cluster: demoCluster, Node: n})
+		if err == nil && len(rs) > 0 {
+			out = append(out, fmt.Sprintf("%s has %d repair(s), want none", n, len(rs)))
+		}
+	}
+	ds, err := st.DiagnosesForNode(ctx, demoCluster, "gpu-a100-2", 10)
+	if err != nil {
+		out = append(out, "diagnoses: "+err.Error())
+	} else {
+		events := 0
+		for _, d := range ds {
+			if d.Severity != "event" {
+				out = append(out, "gpu-a100-2 has a "+d.Severity+" diagnosis "+d.Reason)
+			}
+			if !d.EventRecordedAt.IsZero() {
+				events++
+			}
+		}
+		if events == 0 {
+			out = append(out, "gpu-a100-2 has no Event recorded yet")
+		}
+	}
+	return out
+}
