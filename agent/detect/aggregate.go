@@ -26,8 +26,8 @@ var inheritedAttrs = []string{finding.AttrCausedBy, finding.AttrErrorCode}
 
 // Aggregate summarises the findings of one whole input (a file, one boot):
 // findings that state the same fact about the same device become one finding
-// whose Count is the number of events and whose Evidence holds all their
-// lines. It is what the scan command prints and what the case corpus's
+// whose Count is the number of events and whose Evidence holds their lines
+// (the first MaxEvidence). It is what the scan command prints and what the case corpus's
 // expected counts mean (c04: Xid 45 twice per GPU; c05: four init attempts;
 // c09: Xid 154 once per incident). The live agent does not aggregate: it sends
 // every event at once and the controller counts.
@@ -67,7 +67,9 @@ func Aggregate(fs []finding.Finding) []finding.Finding {
 		a := &out[i]
 		a.Count += max(f.Count, 1)
 		lines[i] += linesOf(f)
-		a.Evidence = append(a.Evidence, f.Evidence...)
+		if room := MaxEvidence - len(a.Evidence); room > 0 {
+			a.Evidence = append(a.Evidence, f.Evidence[:min(room, len(f.Evidence))]...)
+		}
 		if !f.Time.IsZero() && (a.Time.IsZero() || f.Time.Before(a.Time)) {
 			a.Time = f.Time
 		}

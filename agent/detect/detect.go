@@ -37,6 +37,15 @@ import (
 // DefaultHold is the default Options.Hold.
 const DefaultHold = 2 * time.Second
 
+// MaxEvidence bounds Finding.Evidence (raw lines) of one finding, so that a
+// storm of lines cannot make one finding unbounded; Count and attr lines
+// still count everything.
+const MaxEvidence = 64
+
+// maxGroupRecords bounds one held event: a storm of Xid 13 lines closer than
+// the group window becomes a series of events of this many lines each.
+const maxGroupRecords = MaxEvidence
+
 // Options configure a Detector. The zero value uses the embedded rules.
 type Options struct {
 	// Node and BootID are copied into every Finding.
@@ -273,7 +282,9 @@ func (d *Detector) add(g *group, rec kmsg.Record) {
 	if g.last == d.n {
 		return // already took this record
 	}
-	g.f.Evidence = append(g.f.Evidence, rec.Raw)
+	if len(g.f.Evidence) < MaxEvidence {
+		g.f.Evidence = append(g.f.Evidence, rec.Raw)
+	}
 	g.records++
 	g.last, g.lastUs, g.lastT = d.n, rec.Usec, rec.Time
 }
@@ -292,6 +303,9 @@ func (d *Detector) find(kind groupKind, key string) *group {
 // record in kernel time, or, when the two have no comparable time, directly
 // after it.
 func (d *Detector) joins(g *group, rec kmsg.Record) bool {
+	if g.records >= maxGroupRecords && g.kind == kindXid {
+		return false
+	}
 	if gap, ok := timeGap(g, rec); ok {
 		return gap <= g.window
 	}

@@ -370,3 +370,30 @@ func TestCaseStreamingEmitsPromptly(t *testing.T) {
 		}
 	}
 }
+
+// TestStormIsBounded checks that a storm of lines closer than the group
+// window cannot grow one held event, or one aggregate, without bound.
+func TestStormIsBounded(t *testing.T) {
+	t.Parallel()
+	d := New(Options{})
+	var events []finding.Finding
+	for i := 0; i < 200; i++ {
+		events = append(events, d.Feed(rec(uint64(i+1), 0, "NVRM: Xid (PCI:0000:cb:00): 13, pid=7, name=x, Graphics Exception"))...)
+	}
+	events = append(events, d.Flush()...)
+	lines := 0
+	for _, f := range events {
+		if len(f.Evidence) > MaxEvidence {
+			t.Errorf("event with %d evidence lines", len(f.Evidence))
+		}
+		n, _ := strconv.Atoi(f.Attr(finding.AttrLines))
+		lines += n
+	}
+	if len(events) != 4 || lines != 200 {
+		t.Errorf("%d events with %d lines, want 4 with 200", len(events), lines)
+	}
+	agg := Aggregate(events)
+	if len(agg) != 1 || agg[0].Count != 4 || agg[0].Attr(finding.AttrLines) != "200" || len(agg[0].Evidence) != MaxEvidence {
+		t.Errorf("aggregate: %d findings, count %d, lines %s, evidence %d", len(agg), agg[0].Count, agg[0].Attr(finding.AttrLines), len(agg[0].Evidence))
+	}
+}

@@ -39,6 +39,9 @@ type ReaderOptions struct {
 	// i.e. lines written to /dev/kmsg from user space. Only for tests that
 	// inject records themselves: in production a root process must not be
 	// able to fake an Xid, so only kernel-facility (0) records count.
+	// A test writing to /dev/kmsg must end each line with "\n" (as echo
+	// does): the kernel keeps a record without one open for continuation,
+	// invisible to readers, until the next record arrives.
 	AcceptUserFacility bool
 
 	// open replaces os.OpenFile in tests.
@@ -139,6 +142,10 @@ func (r *Reader) Stats() ReaderStats {
 		LastSeq:   r.lastSeq.Load(),
 	}
 }
+
+// Lost returns the number of records lost so far (ReaderStats.Lost), for
+// the heartbeat's LostRecords.
+func (r *Reader) Lost() uint64 { return r.lost.Load() }
 
 // Run reads records and sends the accepted ones to out until ctx is done
 // (it then closes the device, which unblocks a pending read, and returns nil),

@@ -84,7 +84,7 @@ func TestReaderOverrunCountsLostRecordsAndKeepsReading(t *testing.T) {
 		{data: "3,10,100,-;first\n"},
 		{data: "3,11,200,-;second\n SUBSYSTEM=pci\n DEVICE=+pci:0000:00:02.0\n"},
 		{err: &os.PathError{Op: "read", Path: "/dev/kmsg", Err: syscall.EPIPE}},
-		{data: "3,20,300,-;after the gap\n"},          // 12..19 were overwritten: 8 lost
+		{data: "3,20,300,-;after the gap\n"},            // 12..19 were overwritten: 8 lost
 		{data: "11,21,400,-;written from user space\n"}, // user facility: filtered
 		{data: "not a record\n"},                        // kept, marked unparsed
 		{data: "0,22,500,-;kernel emerg\n"},
@@ -108,6 +108,9 @@ func TestReaderOverrunCountsLostRecordsAndKeepsReading(t *testing.T) {
 	want := ReaderStats{Read: 6, Delivered: 5, Filtered: 1, Unparsed: 1, Lost: 8, Overruns: 1, LastSeq: 22}
 	if got := r.Stats(); got != want {
 		t.Errorf("stats = %+v, want %+v", got, want)
+	}
+	if r.Lost() != 8 {
+		t.Errorf("Lost() = %d, want 8", r.Lost())
 	}
 	if opens != 1 {
 		t.Errorf("device opened %d times, want 1 (never reopen after EPIPE)", opens)

@@ -8,8 +8,9 @@ import (
 )
 
 // Drop reasons, the values of the "reason" label of
-// fleetrepair_agent_uplink_dropped_total. Every finding that is enqueued and
-// never delivered is counted under exactly one of them.
+// fleetrepair_agent_uplink_dropped_total. Every finding the uplink gives up
+// on while it runs is counted under exactly one of them (a process killed
+// outside Run's shutdown counts nothing: that is what the spool is for).
 const (
 	// DropQueueFull: the queue was full and this was its oldest non-critical finding.
 	DropQueueFull = "queue_full"

@@ -120,8 +120,10 @@ func (u *Uplink) answered(res outcome, batch []finding.Finding, hbVersion uint64
 		if u.overflow.CompareAndSwap(true, false) {
 			u.log.Info("uplink queue drained after dropping findings")
 		}
-		if u.spool != nil && u.spool.onDisk {
-			u.saveSpool(nil, 0) // everything delivered: remove the file
+		if u.spool != nil && u.spool.onDisk { // everything answered: remove the file
+			if _, err := u.saveSpool(nil, 0); err != nil {
+				u.log.Error("remove delivered spool", "err", err) // resent after a restart: duplicates, not loss
+			}
 		}
 	}
 }

@@ -230,10 +230,10 @@ func (u *Uplink) heartbeatChangedSince() time.Time {
 
 // Run sends reports until ctx ends; it is the uplink's only sender and must
 // not be called twice at once. When ctx ends it makes one last attempt, within
-// ShutdownTimeout, to deliver the batch in flight and everything queued, then
-// returns. It returns nil when nothing was left undelivered, else an error
-// saying how many findings were dropped (counted as
-// dropped_total{reason="shutdown"}).
+// ShutdownTimeout, to deliver the batch in flight and everything queued, keeps
+// what it could not deliver in the spool (when configured), then returns. It
+// returns nil when no finding was lost, else an error saying how many were
+// dropped (counted as dropped_total{reason="shutdown"}).
 func (u *Uplink) Run(ctx context.Context) error {
 	if !u.running.CompareAndSwap(false, true) {
 		return errors.New("run uplink: already running")
@@ -385,11 +385,12 @@ func (u *Uplink) shutdown(inflight []finding.Finding) error {
 	batch := inflight
 	var err error
 	for {
-		if len(batch) == 0 {
-			batch = u.prepare(u.q.take(u.cfg.BatchSize))
-		}
-		if len(batch) == 0 {
-			return nil
+		for len(batch) == 0 {
+			taken := u.q.take(u.cfg.BatchSize)
+			if len(taken) == 0 {
+				return nil // all delivered; answered has removed the spool file
+			}
+			batch = u.prepare(taken)
 		}
 		hb, hbVersion := u.heartbeat()
 		res := u.post(ctx, u.report(batch, hb))
