@@ -219,6 +219,7 @@ func ParseRules(data []byte) (*Rules, error) {
 // RulesError lists every problem of a rules file.
 type RulesError struct{ Problems []string }
 
+// Error joins the problems with "; ".
 func (e *RulesError) Error() string { return strings.Join(e.Problems, "; ") }
 
 // check runs every rule on its own samples.

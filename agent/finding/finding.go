@@ -39,6 +39,7 @@ const (
 	DetectorNVLinkInactive = "nvlink-inactive"  // NVLinks reported inactive
 	DetectorMonitoring     = "monitoring-plane" // the agent cannot reach its own data sources
 	DetectorUnparsed       = "unparsed"         // a kernel record the parser could not read (kept, counted)
+	DetectorNodeCondition  = "node-condition"   // a NodeCondition set by another agent (attrs type, status, reason)
 )
 
 // Well-known attribute keys of Finding.Attrs. Values are strings on the wire.

@@ -248,6 +248,12 @@ func (e *Engine) classify(f finding.Finding) (signal, bool) {
 		s.reason, s.nodeLevel = "NVLinkError", true
 	case finding.DetectorMonitoring:
 		s.reason = "MonitoringPlaneUnavailable"
+	case finding.DetectorNodeCondition:
+		s.reason = nodeConditionReason(f.Attr("type"), f.Attr("status"), f.Attr("reason"))
+		if s.reason == "" {
+			return s, false
+		}
+		s.nodeLevel = true
 	default:
 		// driver-version, unparsed and detectors newer than these rules carry
 		// no health verdict of their own.

@@ -57,3 +57,44 @@ func recoveryAction(a string) (catalog.Action, bool) {
 	}
 	return catalog.ActionNone, false
 }
+
+// readinessConditions are node condition types that are healthy when True
+// (bad when False); every other type a vendor agent sets is problem-style
+// (bad when True), e.g. node-problem-detector's XIDError,
+// UnhealthyNvidiaDevicePlugin, FrequentDockerRestart (case c21).
+var readinessConditions = map[string]bool{
+	"Ready": true, "AcceleratedHardwareReady": true, "KernelReady": true, "ContainerRuntimeReady": true,
+	"StorageReady": true, "NetworkingReady": true,
+}
+
+// monitoringReasons are vendor condition reasons that describe the monitor,
+// not the hardware: a monitor that cannot reach DCGM says nothing about the
+// GPUs (case c20).
+var monitoringReasons = map[string]bool{"DCGMError": true, "DCGMConnectionError": true, "NVMLError": true}
+
+// nodeConditionReason maps a condition set by another agent (EKS node
+// monitoring agent, node-problem-detector, NVSentinel) to a reason code, or ""
+// when the condition carries no verdict: healthy polarity, status Unknown
+// (startup grace, case c21), or a condition type fleetrepair does not act on.
+func nodeConditionReason(typ, status, reason string) string {
+	bad := status == "True"
+	if readinessConditions[typ] {
+		bad = status == "False"
+	}
+	if !bad || status == "Unknown" || status == "" {
+		return ""
+	}
+	switch {
+	case monitoringReasons[reason]:
+		return "MonitoringPlaneUnavailable"
+	case reason == "DCGMHealthCode122":
+		return "DCGMHealthCheckNotApplicable"
+	}
+	switch typ {
+	case "AcceleratedHardwareReady", "XIDError", "GPUProblem", "GpuProblem":
+		return "VendorAcceleratedHardwareNotReady"
+	case "ContainerRuntimeReady", "ContainerRuntimeProblem", "FrequentContainerdRestart", "FrequentDockerRestart":
+		return "ContainerRuntimeNotReady"
+	}
+	return "" // NetworkUnavailable and others: not a repair signal of ours
+}
