@@ -62,7 +62,7 @@ func newRootCmd(s streams) *cobra.Command {
 	root.SetOut(s.out)
 	root.SetErr(s.err)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(newScanCmd(s))
+	root.AddCommand(newScanCmd(s), newRunCmd(s))
 	return root
 }
 
