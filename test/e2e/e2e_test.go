@@ -7,6 +7,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
@@ -71,7 +73,8 @@ func startFleet(t testing.TB, tol time.Duration, nodes ...string) *fleet {
 	}
 	k := kube.New(cluster, c)
 	ctrl, err := runner.Start(ctx, runner.Options{DatabaseURL: pgtest.DSN(t), Listen: "127.0.0.1:0",
-		Clusters: map[string]*kube.Cluster{cluster: k}, Toleration: tol, Resync: 200 * time.Millisecond})
+		Clusters: map[string]*kube.Cluster{cluster: k}, Toleration: tol, Resync: 200 * time.Millisecond,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
