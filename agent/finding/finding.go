@@ -27,19 +27,29 @@ const SchemaVersion = "fleetrepair.dev/v1"
 // Detector names. A detector is the agent-side rule that produced a Finding;
 // the list mirrors the "Detectors used so far" table of the case corpus.
 const (
-	DetectorXid            = "xid"              // an "NVRM: Xid" line, any driver format
-	DetectorFallenOffBus   = "fallen-off-bus"   // the driver's off-the-bus message without an Xid number
-	DetectorGPUCount       = "gpu-count"        // fewer GPUs than expected (attr "missing")
-	DetectorRmInitFailed   = "rminit-failed"    // the driver failed to initialise a GPU
-	DetectorGSPError       = "gsp-error"        // GSP / PMU firmware messages without an Xid number
-	DetectorAERFatal       = "aer-fatal"        // PCIe AER uncorrected (fatal) error
-	DetectorAERNonFatal    = "aer-nonfatal"     // PCIe AER uncorrected (non-fatal) error
-	DetectorAERCorrectable = "aer-correctable"  // PCIe AER corrected error
-	DetectorDriverVersion  = "driver-version"   // driver version from the load banner (attr "value")
-	DetectorNVLinkInactive = "nvlink-inactive"  // NVLinks reported inactive
-	DetectorMonitoring     = "monitoring-plane" // the agent cannot reach its own data sources
-	DetectorUnparsed       = "unparsed"         // a kernel record the parser could not read (kept, counted)
-	DetectorNodeCondition  = "node-condition"   // a NodeCondition set by another agent (attrs type, status, reason)
+	DetectorXid             = "xid"               // an "NVRM: Xid" line, any driver format
+	DetectorFallenOffBus    = "fallen-off-bus"    // the driver's off-the-bus message without an Xid number
+	DetectorGPUCount        = "gpu-count"         // fewer GPUs than expected (attr "missing")
+	DetectorRmInitFailed    = "rminit-failed"     // the driver failed to initialise a GPU
+	DetectorGSPError        = "gsp-error"         // GSP / PMU firmware messages without an Xid number
+	DetectorAERFatal        = "aer-fatal"         // PCIe AER uncorrected (fatal) error
+	DetectorAERNonFatal     = "aer-nonfatal"      // PCIe AER uncorrected (non-fatal) error
+	DetectorAERCorrectable  = "aer-correctable"   // PCIe AER corrected error
+	DetectorDriverVersion   = "driver-version"    // driver version from the load banner (attr "value")
+	DetectorNVLinkInactive  = "nvlink-inactive"   // NVLinks reported inactive
+	DetectorMonitoring      = "monitoring-plane"  // the agent cannot reach its own data sources
+	DetectorUnparsed        = "unparsed"          // a kernel record the parser could not read (kept, counted)
+	DetectorNodeCondition   = "node-condition"    // a NodeCondition set by another agent (attrs type, status, reason)
+	DetectorRowRemapPending = "row-remap-pending" // NVML / nvidia-smi: remapped rows waiting for a GPU reset
+	DetectorRowRemapFailure = "row-remap-failure" // NVML / nvidia-smi: row remapping failed
+	DetectorNVMLError       = "nvml-error"        // NVML cannot reach a GPU ("GPU is lost", "Unknown Error")
+	DetectorRuntimeWedge    = "runtime-wedge"     // container runtime or kubelet stuck (PLEG, unkillable container)
+	DetectorDevicePlugin    = "device-plugin"     // device plugin errors, or GPUs withheld from allocatable
+	DetectorDCGMHealth      = "dcgm-health"       // a DCGM health-watch event
+	DetectorDCGMDiag        = "dcgm-diag"         // a dcgmi diag result
+	DetectorDCGMMetric      = "dcgm-metric"       // a dcgm-exporter sample
+	DetectorNodeClaimStatus = "nodeclaim-status"  // a Karpenter NodeClaim's status conditions
+	DetectorKarpenterEvent  = "karpenter-event"   // a Karpenter Event (NodeRepairBlocked, ...)
 )
 
 // Well-known attribute keys of Finding.Attrs. Values are strings on the wire.

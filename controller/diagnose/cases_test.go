@@ -35,17 +35,7 @@ type expectedCase struct {
 // pendingCases are controller-side cases whose detectors (NVML, DCGM,
 // device plugin, runtime, Kubernetes objects) arrive with issue #4. The test
 // fails when one of them starts passing, so this list stays true.
-var pendingCases = map[string]string{
-	"c06": "row-remap-pending detector (NVML) not classified yet",
-	"c08": "dcgm-health detector not classified yet",
-	"c11": "nvml-error / runtime-wedge detectors not classified yet",
-	"c12": "nvml-error / device-plugin detectors not classified yet",
-	"c14": "device-plugin detector not classified yet",
-	"c15": "dcgm-diag detector not classified yet",
-	"c16": "dcgm-metric detector not classified yet",
-	"c19": "runtime-wedge detector not classified yet",
-	"c23": "nodeclaim-status detector not built yet",
-}
+var pendingCases = map[string]string{}
 
 func loadCases(t *testing.T) []expectedCase {
 	t.Helper()

@@ -28,6 +28,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/fleetrepair/fleetrepair/agent/finding"
@@ -248,6 +249,47 @@ func (e *Engine) classify(f finding.Finding) (signal, bool) {
 		s.reason, s.nodeLevel = "NVLinkError", true
 	case finding.DetectorMonitoring:
 		s.reason = "MonitoringPlaneUnavailable"
+	case finding.DetectorRowRemapPending:
+		s.reason = "RowRemapPending"
+		if f.Attr("failure") == "true" || f.Attr("remap_failed") == "true" {
+			s.reason = "RowRemapFailure"
+		}
+	case finding.DetectorRowRemapFailure:
+		s.reason = "RowRemapFailure"
+	case finding.DetectorNVMLError:
+		s.reason = "GPULost" // "GPU is lost", "Unknown Error": the handle is gone (c11, c12)
+	case finding.DetectorRuntimeWedge:
+		s.reason, s.nodeLevel = "ContainerRuntimeNotReady", true
+	case finding.DetectorDevicePlugin:
+		s.reason, s.nodeLevel = "DevicePluginError", true
+		if n, err := strconv.Atoi(f.Attr("withheld_gpus")); err == nil && n > 0 {
+			s.reason = "DevicePluginWithheldGPU"
+		}
+	case finding.DetectorDCGMHealth:
+		s.reason = "DCGMHealthWarning"
+		if f.Xid != 0 {
+			s.reason = xidReason(f.Xid)
+		} else if f.Attr("fatal") == "true" {
+			s.reason = "VendorAcceleratedHardwareNotReady"
+		}
+	case finding.DetectorDCGMDiag:
+		if f.Attr("result") != "fail" {
+			return s, false
+		}
+		s.reason = "DCGMDiagnosticFailed"
+		if f.Attr("faulty_memory_elements") != "" || strings.Contains(strings.ToLower(f.Attr("test")), "memory") {
+			s.reason = "GPUMemoryDiagnosticFailed"
+		}
+		if s.gpu == "" && f.Attr(finding.AttrGPUIndex) != "" {
+			s.gpu = "index:" + f.Attr(finding.AttrGPUIndex) // until the agent maps indexes to PCI addresses
+		}
+	case finding.DetectorDCGMMetric:
+		s.reason = "DCGMExporterXidHint"
+	case finding.DetectorNodeClaimStatus:
+		if f.Attr("registered") == "True" {
+			return s, false
+		}
+		s.reason, s.nodeLevel = "NodeClaimNotRegistered", true
 	case finding.DetectorNodeCondition:
 		s.reason = nodeConditionReason(f.Attr("type"), f.Attr("status"), f.Attr("reason"))
 		if s.reason == "" {
