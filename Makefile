@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin
 PKGS    := ./...
 
-.PHONY: all build test test-race demo verify fmt vet lint bench clean
+.PHONY: all build test test-race demo generate verify fmt vet bench clean
 
 all: build
 
@@ -22,8 +22,13 @@ test:
 test-race:
 	$(GO) test -race -count=1 ./agent/... ./controller/...
 
-## verify: formatting and vet (the agent's import rule is a test: test/importrule)
+## generate: Go constants and docs/reasons.md from controller/catalog/reasons.yaml
+generate:
+	$(GO) generate ./controller/catalog
+
+## verify: formatting, vet, and generated files up to date (the agent's import rule is a test: test/importrule)
 verify: fmt vet
+	@$(GO) test -count=1 -run 'TestGeneratedFilesUpToDate' ./controller/catalog >/dev/null || { echo "generated files drifted: run make generate"; exit 1; }
 
 fmt:
 	@out="$$(gofmt -l . )"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

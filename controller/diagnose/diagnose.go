@@ -210,86 +210,86 @@ func (e *Engine) classify(f finding.Finding) (signal, bool) {
 			if c, err := strconv.Atoi(f.Attr(finding.AttrCausedBy)); err == nil && c != 45 {
 				if r := xidReason(c); e.cat.MustLookup(r).Severity == catalog.SeverityCondition {
 					s.reason = r
-					s.nodeLevel = r == "NVLinkError"
+					s.nodeLevel = r == catalog.ReasonNVLinkError
 					return s, true
 				}
 			}
-			s.reason, s.attachable = "XidApplicationError", true
+			s.reason, s.attachable = catalog.ReasonXidApplicationError, true
 		case 154:
 			a, ok := recoveryAction(f.Attr(finding.AttrRecoveryAction))
 			if !ok {
-				s.reason = "XidInformational"
+				s.reason = catalog.ReasonXidInformational
 				return s, true
 			}
-			s.reason, s.attachable, s.recovery = "GPURecoveryActionRequired", true, a
+			s.reason, s.attachable, s.recovery = catalog.ReasonGPURecoveryActionRequired, true, a
 		default:
 			s.reason = xidReason(f.Xid)
 			if f.Xid >= 144 && f.Xid <= 150 && f.Attr("fatal") == "false" {
-				s.reason = "XidInformational"
+				s.reason = catalog.ReasonXidInformational
 			}
-			s.nodeLevel = s.reason == "NVLinkError"
+			s.nodeLevel = s.reason == catalog.ReasonNVLinkError
 		}
 	case finding.DetectorFallenOffBus:
-		s.reason = "GPULost"
+		s.reason = catalog.ReasonGPULost
 	case finding.DetectorGPUCount:
 		if n, err := strconv.Atoi(f.Attr(finding.AttrMissing)); err != nil || n <= 0 {
 			return s, false
 		}
-		s.reason = "GPULost"
+		s.reason = catalog.ReasonGPULost
 	case finding.DetectorAERFatal:
-		s.reason = "PCIeFatalError"
+		s.reason = catalog.ReasonPCIeFatalError
 	case finding.DetectorAERCorrectable, finding.DetectorAERNonFatal:
-		s.reason = "PCIeCorrectableErrors"
+		s.reason = catalog.ReasonPCIeCorrectableErrors
 	case finding.DetectorRmInitFailed:
-		s.reason = "GPUInitFailed"
+		s.reason = catalog.ReasonGPUInitFailed
 	case finding.DetectorGSPError:
-		s.reason = "GPUFirmwareError"
+		s.reason = catalog.ReasonGPUFirmwareError
 		s.attachable = s.gpu == ""
 	case finding.DetectorNVLinkInactive:
-		s.reason, s.nodeLevel = "NVLinkError", true
+		s.reason, s.nodeLevel = catalog.ReasonNVLinkError, true
 	case finding.DetectorMonitoring:
-		s.reason = "MonitoringPlaneUnavailable"
+		s.reason = catalog.ReasonMonitoringPlaneUnavailable
 	case finding.DetectorRowRemapPending:
-		s.reason = "RowRemapPending"
+		s.reason = catalog.ReasonRowRemapPending
 		if f.Attr("failure") == "true" || f.Attr("remap_failed") == "true" {
-			s.reason = "RowRemapFailure"
+			s.reason = catalog.ReasonRowRemapFailure
 		}
 	case finding.DetectorRowRemapFailure:
-		s.reason = "RowRemapFailure"
+		s.reason = catalog.ReasonRowRemapFailure
 	case finding.DetectorNVMLError:
-		s.reason = "GPULost" // "GPU is lost", "Unknown Error": the handle is gone (c11, c12)
+		s.reason = catalog.ReasonGPULost // "GPU is lost", "Unknown Error": the handle is gone (c11, c12)
 	case finding.DetectorRuntimeWedge:
-		s.reason, s.nodeLevel = "ContainerRuntimeNotReady", true
+		s.reason, s.nodeLevel = catalog.ReasonContainerRuntimeNotReady, true
 	case finding.DetectorDevicePlugin:
-		s.reason, s.nodeLevel = "DevicePluginError", true
+		s.reason, s.nodeLevel = catalog.ReasonDevicePluginError, true
 		if n, err := strconv.Atoi(f.Attr("withheld_gpus")); err == nil && n > 0 {
-			s.reason = "DevicePluginWithheldGPU"
+			s.reason = catalog.ReasonDevicePluginWithheldGPU
 		}
 	case finding.DetectorDCGMHealth:
-		s.reason = "DCGMHealthWarning"
+		s.reason = catalog.ReasonDCGMHealthWarning
 		if f.Xid != 0 {
 			s.reason = xidReason(f.Xid)
 		} else if f.Attr("fatal") == "true" {
-			s.reason = "VendorAcceleratedHardwareNotReady"
+			s.reason = catalog.ReasonVendorAcceleratedHardwareNotReady
 		}
 	case finding.DetectorDCGMDiag:
 		if f.Attr("result") != "fail" {
 			return s, false
 		}
-		s.reason = "DCGMDiagnosticFailed"
+		s.reason = catalog.ReasonDCGMDiagnosticFailed
 		if f.Attr("faulty_memory_elements") != "" || strings.Contains(strings.ToLower(f.Attr("test")), "memory") {
-			s.reason = "GPUMemoryDiagnosticFailed"
+			s.reason = catalog.ReasonGPUMemoryDiagnosticFailed
 		}
 		if s.gpu == "" && f.Attr(finding.AttrGPUIndex) != "" {
 			s.gpu = "index:" + f.Attr(finding.AttrGPUIndex) // until the agent maps indexes to PCI addresses
 		}
 	case finding.DetectorDCGMMetric:
-		s.reason = "DCGMExporterXidHint"
+		s.reason = catalog.ReasonDCGMExporterXidHint
 	case finding.DetectorNodeClaimStatus:
 		if f.Attr("registered") == "True" {
 			return s, false
 		}
-		s.reason, s.nodeLevel = "NodeClaimNotRegistered", true
+		s.reason, s.nodeLevel = catalog.ReasonNodeClaimNotRegistered, true
 	case finding.DetectorNodeCondition:
 		s.reason = nodeConditionReason(f.Attr("type"), f.Attr("status"), f.Attr("reason"))
 		if s.reason == "" {
@@ -340,7 +340,7 @@ func (e *Engine) group(sigs []signal, now time.Time) []*incident {
 	lost := map[string]bool{}
 	anyLost := false
 	for _, s := range sigs {
-		if s.reason == "GPULost" {
+		if s.reason == catalog.ReasonGPULost {
 			anyLost = true
 			if s.gpu != "" {
 				lost[s.gpu] = true
@@ -349,7 +349,7 @@ func (e *Engine) group(sigs []signal, now time.Time) []*incident {
 	}
 	condKey := func(s signal) string {
 		switch {
-		case s.reason == "GPULost", anyLost && s.reason == "PCIeFatalError" && (s.gpu == "" || lost[s.gpu]):
+		case s.reason == catalog.ReasonGPULost, anyLost && s.reason == catalog.ReasonPCIeFatalError && (s.gpu == "" || lost[s.gpu]):
 			return "node/gpu-lost"
 		case s.nodeLevel:
 			return "node/" + s.reason
@@ -418,7 +418,7 @@ func (e *Engine) group(sigs []signal, now time.Time) []*incident {
 			inc = get("gpu/" + gpu + "/repeated")
 		}
 		for _, s := range ss {
-			s.reason = "RepeatedApplicationXid"
+			s.reason = catalog.ReasonRepeatedApplicationXid
 			add(inc, s)
 		}
 	}
@@ -442,7 +442,7 @@ func (e *Engine) repeatedAppXids(sigs []signal, now time.Time) map[string][]sign
 	}
 	groups := map[key][]signal{}
 	for _, s := range sigs {
-		if s.reason == "XidApplicationError" && s.gpu != "" {
+		if s.reason == catalog.ReasonXidApplicationError && s.gpu != "" {
 			groups[key{s.gpu, s.f.Xid}] = append(groups[key{s.gpu, s.f.Xid}], s)
 		}
 	}
@@ -550,7 +550,7 @@ func (e *Engine) toDiagnosis(in Input, inc *incident, hist map[string]map[string
 				d.Action = s.recovery
 			}
 		}
-		if s.reason == "GPUInitFailed" {
+		if s.reason == catalog.ReasonGPUInitFailed {
 			initAttempts += max(f.Count, 1)
 		}
 	}
@@ -567,7 +567,7 @@ func (e *Engine) toDiagnosis(in Input, inc *incident, hist map[string]map[string
 		switch {
 		case recoveries >= 2:
 			why = fmt.Sprintf("the driver required recovery %d times: the fault returned after a GPU reset", recoveries)
-		case r.Code == "GPUInitFailed" && initAttempts >= 2:
+		case r.Code == catalog.ReasonGPUInitFailed && initAttempts >= 2:
 			why = fmt.Sprintf("GPU initialisation failed %d times", initAttempts)
 		default:
 			keys := d.GPUs

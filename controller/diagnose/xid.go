@@ -11,39 +11,39 @@ import "github.com/fleetrepair/fleetrepair/controller/catalog"
 func xidReason(xid int) string {
 	switch {
 	case xid >= 144 && xid <= 150:
-		return "NVLinkError" // NVLink5 unit errors (Blackwell)
+		return catalog.ReasonNVLinkError // NVLink5 unit errors (Blackwell)
 	case xid >= 1 && xid <= 7, xid == 9, xid == 10, xid == 12:
-		return "XidInformational" // legacy FIFO/graphics codes, not expected on A100+
+		return catalog.ReasonXidInformational // legacy FIFO/graphics codes, not expected on A100+
 	}
 	switch xid {
 	case 8, 11, 13, 31, 32, 43, 45, 68, 69, 80, 94:
-		return "XidApplicationError"
+		return catalog.ReasonXidApplicationError
 	case 38, 44, 61, 92, 121, 137, 157:
-		return "XidInformational"
+		return catalog.ReasonXidInformational
 	case 46, 109, 110, 136, 155, 156:
-		return "GPUHang"
+		return catalog.ReasonGPUHang
 	case 48:
-		return "UncorrectableECC"
+		return catalog.ReasonUncorrectableECC
 	case 54:
-		return "GPUPowerFault"
+		return catalog.ReasonGPUPowerFault
 	case 62, 119, 120:
-		return "GPUFirmwareError"
+		return catalog.ReasonGPUFirmwareError
 	case 63:
-		return "RowRemapPending"
+		return catalog.ReasonRowRemapPending
 	case 64:
-		return "RowRemapFailure"
+		return catalog.ReasonRowRemapFailure
 	case 74:
-		return "NVLinkError"
+		return catalog.ReasonNVLinkError
 	case 79:
-		return "GPULost"
+		return catalog.ReasonGPULost
 	case 95, 140:
-		return "UncontainedMemoryError"
+		return catalog.ReasonUncontainedMemoryError
 	case 143:
-		return "GPUInitFailed"
+		return catalog.ReasonGPUInitFailed
 	case 151:
-		return "ConfidentialComputingFault"
+		return catalog.ReasonConfidentialComputingFault
 	}
-	return "XidUnclassified"
+	return catalog.ReasonXidUnclassified
 }
 
 // recoveryAction maps the Xid 154 recovery-action attribute to the action
@@ -86,15 +86,15 @@ func nodeConditionReason(typ, status, reason string) string {
 	}
 	switch {
 	case monitoringReasons[reason]:
-		return "MonitoringPlaneUnavailable"
+		return catalog.ReasonMonitoringPlaneUnavailable
 	case reason == "DCGMHealthCode122":
-		return "DCGMHealthCheckNotApplicable"
+		return catalog.ReasonDCGMHealthCheckNotApplicable
 	}
 	switch typ {
 	case "AcceleratedHardwareReady", "XIDError", "GPUProblem", "GpuProblem":
-		return "VendorAcceleratedHardwareNotReady"
+		return catalog.ReasonVendorAcceleratedHardwareNotReady
 	case "ContainerRuntimeReady", "ContainerRuntimeProblem", "FrequentContainerdRestart", "FrequentDockerRestart":
-		return "ContainerRuntimeNotReady"
+		return catalog.ReasonContainerRuntimeNotReady
 	}
 	return "" // NetworkUnavailable and others: not a repair signal of ours
 }
