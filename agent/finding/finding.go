@@ -50,6 +50,9 @@ const (
 	DetectorDCGMMetric      = "dcgm-metric"       // a dcgm-exporter sample
 	DetectorNodeClaimStatus = "nodeclaim-status"  // a Karpenter NodeClaim's status conditions
 	DetectorKarpenterEvent  = "karpenter-event"   // a Karpenter Event (NodeRepairBlocked, ...)
+	DetectorDCGMPolicy      = "dcgm-policy"       // a DCGM policy violation pushed by the host engine (attr condition; xid for the Xid policy)
+	DetectorRetiredPages    = "retired-pages"     // NVML: pages retired, or a retirement pending (GPUs without row remapping)
+	DetectorECCErrors       = "ecc-errors"        // NVML: volatile uncorrectable ECC errors counted since the last driver load
 )
 
 // Well-known attribute keys of Finding.Attrs. Values are strings on the wire.
@@ -72,6 +75,34 @@ const (
 	AttrLines          = "lines"           // number of physical lines grouped into this finding
 	AttrEngine         = "engine"          // Xid MMU fault: the faulting engine (e.g. "GRAPHICS")
 	AttrFault          = "fault"           // Xid MMU fault: the fault type (e.g. "FAULT_PDE ACCESS_TYPE_VIRT_READ")
+
+	AttrComponent         = "component"              // monitoring-plane, runtime-wedge: the part affected (dcgm, nvml, containerd, kubelet, kubelet-pleg)
+	AttrCause             = "cause"                  // runtime-wedge: what was observed to hang
+	AttrGPUUUID           = "gpu_uuid"               // the GPU's UUID (GPU-...), when the source names it
+	AttrModel             = "model"                  // the GPU's product name, as the source prints it
+	AttrFatal             = "fatal"                  // "true" when the source marks the event fatal
+	AttrUncorrectableRows = "uncorrectable_rows"     // row remapping: rows remapped for uncorrectable errors
+	AttrCorrectableRows   = "correctable_rows"       // row remapping: rows remapped for correctable errors
+	AttrPending           = "pending"                // row remapping, page retirement: "true" while a GPU reset is needed
+	AttrSBEPages          = "sbe_pages"              // retired-pages: pages retired for single-bit errors
+	AttrDBEPages          = "dbe_pages"              // retired-pages: pages retired for double-bit errors
+	AttrUncorrectable     = "uncorrectable"          // ecc-errors: volatile uncorrectable ECC error count
+	AttrLinks             = "links"                  // nvlink-inactive: inactive link numbers, comma separated
+	AttrLinkSpeed         = "active_link_speed_gbps" // nvlink-inactive: speed of the GPU's active links in GB/s, as printed
+	AttrTest              = "test"                   // dcgm-diag: the test name ("Diagnostic", "PCIe", ...)
+	AttrResult            = "result"                 // dcgm-diag: pass|fail|warn|skip
+	AttrFaultyMemory      = "faulty_memory_elements" // dcgm-diag: faulty memory elements the memory test found
+	AttrMetric            = "metric"                 // dcgm-metric: the metric name
+	AttrWindowMS          = "window_ms"              // dcgm-metric: the exporter's counting window in milliseconds
+	AttrCondition         = "condition"              // dcgm-policy: DCGM's policy condition name ("XID Error", ...)
+	AttrSystem            = "system"                 // dcgm-health: the DCGM health watch system (mem, pcie, nvlink, ...)
+	AttrNVMLIndex         = "nvml_index"             // device-plugin: the NVML device index named in the error
+	AttrWithheldGPUs      = "withheld_gpus"          // device-plugin: GPUs in capacity but not allocatable
+	AttrLastSeenActiveMax = "last_seen_active_max"   // runtime-wedge kubelet-pleg: longest "last seen active" duration
+	AttrThreshold         = "threshold"              // runtime-wedge kubelet-pleg: the kubelet's threshold
+	AttrExpected          = "expected"               // gpu-count: GPUs expected on the node
+	AttrFound             = "found"                  // gpu-count: GPUs found
+	AttrCounter           = "counter"                // aer-*: the sysfs AER counter name, for counter-based findings
 )
 
 // Finding is one fact observed on one node. Its ID is an idempotency key: the

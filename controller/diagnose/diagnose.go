@@ -134,7 +134,7 @@ type signal struct {
 	nodeLevel  bool           // belongs to a node-level incident (NVLink, GPU count)
 	attachable bool           // joins a condition incident on its GPU when one exists
 	recovery   catalog.Action // Xid 154: the action the driver requires
-	f          finding.Finding
+	f          *finding.Finding
 }
 
 // incident is a group of signals that make one Diagnosis.
@@ -153,9 +153,10 @@ func (e *Engine) Diagnose(in Input) []Diagnosis {
 	sigs := e.classifyAll(current)
 	incidents := e.group(sigs, in.Now)
 
-	var out []Diagnosis
+	hist := e.historyClasses(history)
+	out := make([]Diagnosis, 0, len(incidents))
 	for _, inc := range incidents {
-		out = append(out, e.toDiagnosis(in, inc, e.historyClasses(history)))
+		out = append(out, e.toDiagnosis(in, inc, hist))
 	}
 	sort.SliceStable(out, func(i, j int) bool { return less(e.cat, out[i], out[j]) })
 	return out
@@ -201,7 +202,7 @@ func splitBoots(in Input) (current, history []finding.Finding) {
 }
 
 // classify maps one finding to zero or one signal.
-func (e *Engine) classify(f finding.Finding) (signal, bool) {
+func (e *Engine) classify(f *finding.Finding) (signal, bool) {
 	s := signal{gpu: f.GPUPCI, f: f}
 	switch f.Detector {
 	case finding.DetectorXid:
@@ -306,8 +307,8 @@ func (e *Engine) classify(f finding.Finding) (signal, bool) {
 
 func (e *Engine) classifyAll(fs []finding.Finding) []signal {
 	out := make([]signal, 0, len(fs))
-	for _, f := range fs {
-		if s, ok := e.classify(f); ok {
+	for i := range fs {
+		if s, ok := e.classify(&fs[i]); ok {
 			out = append(out, s)
 		}
 	}
@@ -534,7 +535,7 @@ func (e *Engine) toDiagnosis(in Input, inc *incident, hist map[string]map[string
 	for _, s := range inc.signals {
 		f := s.f
 		d.FindingIDs = append(d.FindingIDs, f.ID)
-		d.Evidence = append(d.Evidence, describe(f))
+		d.Evidence = append(d.Evidence, describe(*f))
 		d.Count += max(f.Count, 1)
 		if !f.Time.IsZero() {
 			if d.FirstSeen.IsZero() || f.Time.Before(d.FirstSeen) {
