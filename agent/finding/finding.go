@@ -188,6 +188,22 @@ type Heartbeat struct {
 	// Lost is the number of kernel records the agent knows it missed
 	// (/dev/kmsg EPIPE gaps) since it started.
 	LostRecords uint64 `json:"lostRecords,omitempty"`
+	// GPUs is the GPU inventory as NVML (or sysfs, without NVML) reports it,
+	// ordered by PCI address: the controller needs models and serials for
+	// cohorts and lemon tracking. The boot ID travels in Report.BootID.
+	GPUs []GPU `json:"gpus,omitempty"`
+}
+
+// GPU is one GPU of a node's inventory. Fields the source cannot tell are
+// empty (sysfs knows the PCI address and device id only).
+type GPU struct {
+	// Index is NVML's device index; -1 when unknown.
+	Index  int    `json:"index"`
+	PCI    string `json:"pci"` // normalised "0000:bb:dd.f"
+	UUID   string `json:"uuid,omitempty"`
+	Serial string `json:"serial,omitempty"`
+	Model  string `json:"model,omitempty"` // product name, e.g. "NVIDIA H100 80GB HBM3"
+	PCIID  string `json:"pciID,omitempty"` // vendor:device, e.g. "10de:2330"
 }
 
 // Report is the envelope an agent POSTs to the controller

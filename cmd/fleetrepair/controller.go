@@ -70,6 +70,7 @@ for the cluster the controller runs in. Every flag has an environment fallback
 	f.BoolVar(&o.DryRun, "dry-run", envOr("FLEETREPAIR_DRY_RUN", "") == "true", "record every decision, delete no NodeClaim")
 	f.DurationVar(&o.Toleration, "toleration", 0, "override every reason's toleration window (e.g. 30s for demos; 0 = catalog defaults: 10m accelerated hardware, 30m other)")
 	f.DurationVar(&o.Resync, "resync", 10*time.Second, "period of the pass over open repairs")
+	f.StringVar(&o.PolicyFile, "policy", envOr("FLEETREPAIR_POLICY", ""), "policy file with per-reason and per-NodePool overrides (toleration, action, disabled); see docs/policy.md")
 	f.StringVar(&o.AgentToken, "agent-token", envOr("FLEETREPAIR_AGENT_TOKEN", ""), "static bearer token agents must send (demo/dev mode)")
 	return cmd
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/fleetrepair/fleetrepair/controller/diagnose"
 	"github.com/fleetrepair/fleetrepair/controller/kube"
 	"github.com/fleetrepair/fleetrepair/controller/ledger"
+	"github.com/fleetrepair/fleetrepair/controller/policy"
 	"github.com/fleetrepair/fleetrepair/controller/store"
 )
 
@@ -43,6 +44,8 @@ type Config struct {
 	// Toleration, when > 0, replaces every reason's catalog toleration
 	// (demos and tests use seconds).
 	Toleration time.Duration
+	// Policy holds operator overrides per reason and NodePool (nil: none).
+	Policy *policy.Policy
 	// Lookback bounds the findings read per node (default 7 days): history
 	// older than that no longer escalates.
 	Lookback time.Duration
@@ -211,6 +214,7 @@ func (r *Reconciler) ReconcileNode(ctx context.Context, cluster, node string) er
 		return fmt.Errorf("reconcile %s/%s: %w", cluster, node, err)
 	}
 	ds := r.cfg.Engine.Diagnose(diagnose.Input{Cluster: cluster, Node: node, BootID: n.BootID, Findings: fs, Now: now})
+	ds = r.applyPolicy(ds, info.NodePool)
 	if err := r.recordDiagnoses(ctx, k, n.BootID, node, ds, now); err != nil {
 		return err
 	}
@@ -257,11 +261,38 @@ func (r *Reconciler) recordDiagnoses(ctx context.Context, k *kube.Cluster, bootI
 	return nil
 }
 
-func (r *Reconciler) toleration(d diagnose.Diagnosis) time.Duration {
-	if r.cfg.Toleration > 0 {
-		return r.cfg.Toleration
+// effective resolves the policy for a diagnosis in a NodePool.
+func (r *Reconciler) effective(d diagnose.Diagnosis, nodePool string) policy.Effective {
+	reason, ok := r.cfg.Engine.Catalog().Lookup(d.Reason)
+	if !ok {
+		return policy.Effective{Toleration: d.Toleration(), Action: d.Action}
 	}
-	return d.Toleration()
+	e := r.cfg.Policy.Resolve(reason, nodePool, d.Action)
+	if r.cfg.Toleration > 0 {
+		e.Toleration = r.cfg.Toleration
+	}
+	return e
+}
+
+// applyPolicy turns condition diagnoses whose reason the policy disables
+// into events, and re-sorts so the headline is a live condition.
+func (r *Reconciler) applyPolicy(ds []diagnose.Diagnosis, nodePool string) []diagnose.Diagnosis {
+	if r.cfg.Policy == nil {
+		return ds
+	}
+	var cond, rest []diagnose.Diagnosis
+	for _, d := range ds {
+		if d.Severity == catalog.SeverityCondition && r.effective(d, nodePool).Disabled {
+			d.Severity, d.ConditionType = catalog.SeverityEvent, ""
+			d.Message += " (repair disabled by policy)"
+		}
+		if d.Severity == catalog.SeverityCondition {
+			cond = append(cond, d)
+		} else {
+			rest = append(rest, d)
+		}
+	}
+	return append(cond, rest...)
 }
 
 // unhealthy handles a node whose headline diagnosis has condition severity.
@@ -271,7 +302,7 @@ func (r *Reconciler) unhealthy(ctx context.Context, k *kube.Cluster, info kube.N
 		if skip, err := r.dryRunDone(ctx, k.Name(), node, string(info.NodeClaimUID)); err != nil || skip {
 			return r.quarantine(ctx, k, node, head, now, err)
 		}
-		tol := r.toleration(head)
+		tol := r.effective(head, info.NodePool).Toleration
 		rp, created, err := r.cfg.Store.OpenRepair(ctx, store.Repair{
 			Cluster: k.Name(), Node: node, NodeClaim: info.NodeClaim, NodeClaimUID: string(info.NodeClaimUID),
 			NodePool: info.NodePool, Reason: head.Reason, FaultClass: head.FaultClass,
@@ -376,10 +407,7 @@ func (r *Reconciler) step(ctx context.Context, rp store.Repair, to ledger.State,
 // approval, because replacing a node for a first reset-class fault is more
 // disruptive than the fault needs.
 func (r *Reconciler) execute(ctx context.Context, k *kube.Cluster, rp store.Repair, head diagnose.Diagnosis, now time.Time) (store.Repair, error) {
-	action := catalog.Action(rp.RecommendedAction)
-	if head.Action.Rank() > action.Rank() {
-		action = head.Action // escalated since the repair opened
-	}
+	action := r.effective(head, rp.NodePool).Action // the policy may execute another action than recommended
 	if rp.State == ledger.Tolerating && action != catalog.ActionReplace {
 		return r.step(ctx, rp, ledger.AwaitingApproval, fmt.Sprintf(
 			"recommended action %s is not executable here (NodeClaim replacement only); approve to replace the node, or reset/reboot it by hand", action),

@@ -14,7 +14,9 @@ import (
 	"github.com/fleetrepair/fleetrepair/agent/finding"
 	"github.com/fleetrepair/fleetrepair/controller/diagnose"
 	"github.com/fleetrepair/fleetrepair/controller/kube"
+	"github.com/fleetrepair/fleetrepair/controller/catalog"
 	"github.com/fleetrepair/fleetrepair/controller/ledger"
+	"github.com/fleetrepair/fleetrepair/controller/policy"
 	"github.com/fleetrepair/fleetrepair/controller/repair"
 	"github.com/fleetrepair/fleetrepair/controller/store"
 	"github.com/fleetrepair/fleetrepair/test/karpentersim"
@@ -42,7 +44,9 @@ type env struct {
 	clock *clock
 }
 
-func newEnv(t *testing.T, dryRun bool) *env {
+func newEnv(t *testing.T, dryRun bool) *env { return newEnvPolicy(t, dryRun, nil) }
+
+func newEnvPolicy(t *testing.T, dryRun bool, pol *policy.Policy) *env {
 	t.Helper()
 	ctx := context.Background()
 	st, err := store.Open(ctx, pgtest.DSN(t))
@@ -66,7 +70,7 @@ func newEnv(t *testing.T, dryRun bool) *env {
 		t.Fatal(err)
 	}
 	clk := newClock()
-	rec, err := repair.New(repair.Config{Store: st, Engine: eng, Clusters: map[string]*kube.Cluster{"c1": k}, DryRun: dryRun, Now: clk.Now})
+	rec, err := repair.New(repair.Config{Store: st, Engine: eng, Clusters: map[string]*kube.Cluster{"c1": k}, DryRun: dryRun, Policy: pol, Now: clk.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -294,5 +298,34 @@ func TestNewBootClearsCondition(t *testing.T) {
 	cond, _, _ := e.k.Condition(ctx, "node-hang", "FleetRepairAcceleratedHardwareReady")
 	if cond.Status != corev1.ConditionTrue {
 		t.Fatalf("condition = %s, want True after recovery", cond.Status)
+	}
+}
+
+// TestPolicyOverrides: a policy that executes replace for a first GPU hang
+// after 1m deletes the NodeClaim then; a disabled reason opens no repair.
+func TestPolicyOverrides(t *testing.T) {
+	pol, err := policy.Parse([]byte("reasons:\n  GPUHang: {toleration: 1m, action: replace}\n  GPULost: {disabled: true}\n"), catalog.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnvPolicy(t, false, pol)
+	ctx := context.Background()
+	e.ingest(t, "node-hang", finding.Finding{Detector: finding.DetectorXid, Xid: 109, GPUPCI: "0000:cb:00.0", Evidence: []string{"xid 109"}})
+	e.ingest(t, "node-lost", xid79())
+	e.reconcile(t, "node-hang")
+	e.reconcile(t, "node-lost")
+	if r := e.open(t, "node-hang"); !r.TolerationUntil.Equal(e.clock.Now().Add(time.Minute)) {
+		t.Fatalf("toleration until %s, want now+1m from the policy", r.TolerationUntil)
+	}
+	e.clock.Add(61 * time.Second)
+	e.reconcile(t, "node-hang")
+	if !e.nodeClaimDeleting(t, "node-hang-nc") {
+		t.Fatal("policy action replace did not delete the NodeClaim")
+	}
+	if _, err := e.st.OpenRepairForNode(ctx, "c1", "node-lost"); err == nil {
+		t.Fatal("a repair opened for a reason the policy disables")
+	}
+	if q, _ := e.k.Quarantined(ctx, "node-lost"); q {
+		t.Fatal("node tainted for a reason the policy disables")
 	}
 }

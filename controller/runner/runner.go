@@ -21,6 +21,7 @@ import (
 	"github.com/fleetrepair/fleetrepair/controller/catalog"
 	"github.com/fleetrepair/fleetrepair/controller/diagnose"
 	"github.com/fleetrepair/fleetrepair/controller/kube"
+	"github.com/fleetrepair/fleetrepair/controller/policy"
 	"github.com/fleetrepair/fleetrepair/controller/repair"
 	"github.com/fleetrepair/fleetrepair/controller/store"
 	"github.com/fleetrepair/fleetrepair/web/api"
@@ -42,6 +43,8 @@ type Options struct {
 	Toleration time.Duration
 	// Resync is the reconciler's period over open repairs (default 10s).
 	Resync time.Duration
+	// PolicyFile holds per-reason and per-NodePool overrides (empty: none).
+	PolicyFile string
 	// AgentToken is the static agent bearer token (empty: no agent auth;
 	// only for demos and tests).
 	AgentToken string
@@ -91,8 +94,15 @@ func Start(ctx context.Context, o Options) (*Controller, error) {
 		st.Close()
 		return nil, err
 	}
+	var pol *policy.Policy
+	if o.PolicyFile != "" {
+		if pol, err = policy.Load(o.PolicyFile, cat); err != nil {
+			st.Close()
+			return nil, fmt.Errorf("start controller: %w", err)
+		}
+	}
 	rec, err := repair.New(repair.Config{Store: st, Engine: eng, Clusters: o.Clusters, DryRun: o.DryRun,
-		Toleration: o.Toleration, Resync: o.Resync, Now: o.Now, Log: o.Log, Registerer: reg})
+		Toleration: o.Toleration, Policy: pol, Resync: o.Resync, Now: o.Now, Log: o.Log, Registerer: reg})
 	if err != nil {
 		st.Close()
 		return nil, err

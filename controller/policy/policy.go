@@ -1,0 +1,182 @@
+// Package policy holds operator overrides of the reason catalog's defaults,
+// per reason and per NodePool: toleration, the action to execute, or the
+// reason disabled. It is read from a YAML file at start; decoding is strict
+// (unknown keys are errors) and every error names the file and line.
+//
+//	reasons:
+//	  GPUHang: {toleration: 5m, action: replace}   # replace on a first hang
+//	  PCIeCorrectableErrors: {disabled: true}
+//	nodePools:
+//	  inference-small:
+//	    toleration: 2m                             # every reason in this pool
+//	    reasons:
+//	      GPULost: {toleration: 0s}
+//
+// Precedence, most specific first: nodePools.<pool>.reasons.<code>,
+// nodePools.<pool> (toleration only), reasons.<code>, the catalog.
+package policy
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/fleetrepair/fleetrepair/controller/catalog"
+)
+
+// Override changes one reason's defaults. Zero fields keep the default.
+type Override struct {
+	// Toleration replaces the catalog toleration (Go duration, e.g. "5m").
+	Toleration *Duration `yaml:"toleration"`
+	// Action is the action to execute when the toleration ends, instead of
+	// the recommended one (e.g. replace on a first reset-class fault).
+	Action catalog.Action `yaml:"action"`
+	// Disabled turns the reason off: no condition, no taint, no repair; the
+	// diagnosis is still recorded as an event.
+	Disabled bool `yaml:"disabled"`
+}
+
+// NodePool holds the overrides of one NodePool.
+type NodePool struct {
+	Toleration *Duration           `yaml:"toleration"`
+	Reasons    map[string]Override `yaml:"reasons"`
+}
+
+// Policy is a validated policy file. The zero value (or nil) changes nothing.
+type Policy struct {
+	Reasons   map[string]Override `yaml:"reasons"`
+	NodePools map[string]NodePool `yaml:"nodePools"`
+}
+
+// Duration is a time.Duration written as a Go duration string.
+type Duration struct{ time.Duration }
+
+// UnmarshalYAML implements yaml.Unmarshaler.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	v, err := time.ParseDuration(n.Value)
+	if err != nil || v < 0 {
+		return fmt.Errorf("line %d: %q is not a non-negative duration (e.g. 90s, 10m)", n.Line, n.Value)
+	}
+	d.Duration = v
+	return nil
+}
+
+// Effective is the resolved policy for one reason in one NodePool.
+type Effective struct {
+	Toleration time.Duration
+	Action     catalog.Action // the action to execute
+	Disabled   bool
+}
+
+// Load reads and validates a policy file against the catalog. Errors name
+// the file and, where known, the line.
+func Load(path string, c *catalog.Catalog) (*Policy, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read policy: %w", err)
+	}
+	p, err := Parse(b, c)
+	if err != nil {
+		return nil, fmt.Errorf("policy %s: %w", path, err)
+	}
+	return p, nil
+}
+
+// Parse decodes and validates policy YAML against the catalog.
+func Parse(data []byte, c *catalog.Catalog) (*Policy, error) {
+	var p Policy
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err != nil {
+		return nil, fmt.Errorf("decode: %w", err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&p); err != nil && !errors.Is(err, io.EOF) { // io.EOF: empty file, empty policy
+		return nil, fmt.Errorf("decode: %w", err)
+	}
+	line := func(path ...string) int { return lineOf(&root, path...) }
+	for code, o := range p.Reasons {
+		if err := check(c, code, o); err != nil {
+			return nil, fmt.Errorf("line %d: reasons.%s: %w", line("reasons", code), code, err)
+		}
+	}
+	for pool, np := range p.NodePools {
+		for code, o := range np.Reasons {
+			if err := check(c, code, o); err != nil {
+				return nil, fmt.Errorf("line %d: nodePools.%s.reasons.%s: %w", line("nodePools", pool, "reasons", code), pool, code, err)
+			}
+		}
+	}
+	return &p, nil
+}
+
+func check(c *catalog.Catalog, code string, o Override) error {
+	r, ok := c.Lookup(code)
+	if !ok {
+		return fmt.Errorf("unknown reason code (catalog %s)", c.Version)
+	}
+	if o.Action != "" && o.Action.Rank() == 0 && o.Action != catalog.ActionNone {
+		return fmt.Errorf("unknown action %q", o.Action)
+	}
+	if r.Severity != catalog.SeverityCondition && (o.Action != "" || o.Toleration != nil) {
+		return fmt.Errorf("toleration and action apply to condition-severity reasons only (%s is %s)", code, r.Severity)
+	}
+	return nil
+}
+
+func lineOf(n *yaml.Node, path ...string) int {
+	if n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
+		n = n.Content[0]
+	}
+	for _, key := range path {
+		if n.Kind != yaml.MappingNode {
+			return n.Line
+		}
+		found := false
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if n.Content[i].Value == key {
+				n, found = n.Content[i+1], true
+				break
+			}
+		}
+		if !found {
+			return n.Line
+		}
+	}
+	return n.Line
+}
+
+// Resolve returns the effective policy for a reason in a NodePool, from the
+// catalog reason r and its recommended action.
+func (p *Policy) Resolve(r catalog.Reason, nodePool string, recommended catalog.Action) Effective {
+	e := Effective{Toleration: r.TolerationDuration(), Action: recommended}
+	if p == nil {
+		return e
+	}
+	apply := func(o Override) {
+		if o.Toleration != nil {
+			e.Toleration = o.Toleration.Duration
+		}
+		if o.Action != "" {
+			e.Action = o.Action
+		}
+		e.Disabled = e.Disabled || o.Disabled
+	}
+	if o, ok := p.Reasons[r.Code]; ok {
+		apply(o)
+	}
+	if np, ok := p.NodePools[nodePool]; ok {
+		if np.Toleration != nil {
+			e.Toleration = np.Toleration.Duration
+		}
+		if o, ok := np.Reasons[r.Code]; ok {
+			apply(o)
+		}
+	}
+	return e
+}
