@@ -56,6 +56,8 @@ type NodeInfo struct {
 	NodeClaimUID types.UID // UID of the owning NodeClaim
 	Ready        bool      // the kubelet's Ready condition is True
 	Labels       map[string]string
+	// Conditions are the node's status conditions, all writers included.
+	Conditions []corev1.NodeCondition
 }
 
 // Cluster is one Kubernetes cluster.
@@ -88,6 +90,7 @@ func (k *Cluster) NodeInfo(ctx context.Context, node string) (NodeInfo, error) {
 		InstanceType: n.Labels[corev1.LabelInstanceTypeStable],
 		ProviderID:   n.Spec.ProviderID,
 		Labels:       n.Labels,
+		Conditions:   n.Status.Conditions,
 	}
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady {
@@ -281,4 +284,20 @@ func (k *Cluster) NodeClaimGone(ctx context.Context, name string, uid types.UID)
 		return false, fmt.Errorf("get nodeclaim %s: %w", name, err)
 	}
 	return nc.UID != uid, nil
+}
+
+// NodeNames lists the names of the cluster's Nodes whose conditions satisfy
+// match (every Node when match is nil).
+func (k *Cluster) NodeNames(ctx context.Context, match func([]corev1.NodeCondition) bool) ([]string, error) {
+	var list corev1.NodeList
+	if err := k.c.List(ctx, &list); err != nil {
+		return nil, fmt.Errorf("list nodes: %w", err)
+	}
+	var out []string
+	for i := range list.Items {
+		if match == nil || match(list.Items[i].Status.Conditions) {
+			out = append(out, list.Items[i].Name)
+		}
+	}
+	return out, nil
 }

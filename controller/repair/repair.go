@@ -139,7 +139,8 @@ func (r *Reconciler) Run(ctx context.Context) error {
 }
 
 // enqueueOpen triggers every node that has an open repair, so toleration
-// windows expire and deletions complete without new findings.
+// windows expire and deletions complete without new findings, and every
+// node on which another agent reports a problem condition (interop).
 func (r *Reconciler) enqueueOpen(ctx context.Context) {
 	open, err := r.cfg.Store.RepairsInState(ctx, ledger.OpenStates()...)
 	if err != nil {
@@ -151,6 +152,18 @@ func (r *Reconciler) enqueueOpen(ctx context.Context) {
 		r.pending[nodeKey{rp.Cluster, rp.Node}] = true
 	}
 	r.mu.Unlock()
+	for name, k := range r.cfg.Clusters {
+		nodes, err := k.NodeNames(ctx, anyForeignProblem)
+		if err != nil {
+			r.log.ErrorContext(ctx, "list nodes", "cluster", name, "err", err)
+			continue
+		}
+		r.mu.Lock()
+		for _, n := range nodes {
+			r.pending[nodeKey{name, n}] = true
+		}
+		r.mu.Unlock()
+	}
 }
 
 func (r *Reconciler) drain(ctx context.Context) {
@@ -213,6 +226,7 @@ func (r *Reconciler) ReconcileNode(ctx context.Context, cluster, node string) er
 	if err != nil {
 		return fmt.Errorf("reconcile %s/%s: %w", cluster, node, err)
 	}
+	fs = append(fs, conditionFindings(node, n.BootID, info.Conditions)...)
 	ds := r.cfg.Engine.Diagnose(diagnose.Input{Cluster: cluster, Node: node, BootID: n.BootID, Findings: fs, Now: now})
 	ds = r.applyPolicy(ds, info.NodePool)
 	if err := r.recordDiagnoses(ctx, k, n.BootID, node, ds, now); err != nil {

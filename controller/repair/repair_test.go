@@ -12,9 +12,9 @@ import (
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/fleetrepair/fleetrepair/agent/finding"
+	"github.com/fleetrepair/fleetrepair/controller/catalog"
 	"github.com/fleetrepair/fleetrepair/controller/diagnose"
 	"github.com/fleetrepair/fleetrepair/controller/kube"
-	"github.com/fleetrepair/fleetrepair/controller/catalog"
 	"github.com/fleetrepair/fleetrepair/controller/ledger"
 	"github.com/fleetrepair/fleetrepair/controller/policy"
 	"github.com/fleetrepair/fleetrepair/controller/repair"
@@ -327,5 +327,43 @@ func TestPolicyOverrides(t *testing.T) {
 	}
 	if q, _ := e.k.Quarantined(ctx, "node-lost"); q {
 		t.Fatal("node tainted for a reason the policy disables")
+	}
+}
+
+func (e *env) setForeignCondition(t *testing.T, node, typ, status, reason string) {
+	t.Helper()
+	ctx := context.Background()
+	var n corev1.Node
+	if err := e.k.Client().Get(ctx, client.ObjectKey{Name: node}, &n); err != nil {
+		t.Fatal(err)
+	}
+	n.Status.Conditions = append(n.Status.Conditions, corev1.NodeCondition{Type: corev1.NodeConditionType(typ),
+		Status: corev1.ConditionStatus(status), Reason: reason, Message: "set by another agent"})
+	if err := e.k.Client().Status().Update(ctx, &n); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestInteropConditions: conditions set by other agents become findings. A
+// hardware verdict opens a repair (on a node with no fleetrepair agent); a
+// DCGM connection error (c20) or a healthy problem-style condition (c21)
+// opens nothing.
+func TestInteropConditions(t *testing.T) {
+	e := newEnv(t, false)
+	ctx := context.Background()
+	e.setForeignCondition(t, "node-lost", "AcceleratedHardwareReady", "False", "NvidiaXID79Error")
+	e.setForeignCondition(t, "node-app", "AcceleratedHardwareReady", "False", "DCGMError")
+	e.setForeignCondition(t, "node-hang", "XIDError", "False", "NoXIDError")
+	for _, n := range []string{"node-lost", "node-app", "node-hang"} {
+		e.reconcile(t, n)
+	}
+	r := e.open(t, "node-lost")
+	if r.Reason != catalog.ReasonVendorAcceleratedHardwareNotReady {
+		t.Fatalf("repair reason = %s", r.Reason)
+	}
+	for _, n := range []string{"node-app", "node-hang"} {
+		if _, err := e.st.OpenRepairForNode(ctx, "c1", n); err == nil {
+			t.Fatalf("%s got a repair from a condition that carries no hardware verdict", n)
+		}
 	}
 }

@@ -133,7 +133,7 @@ func ParseDiag(r io.Reader) ([]finding.Finding, error) {
 	}
 	var out []finding.Finding
 	for _, row := range rows {
-		if row.Name == "Warning" || row.Name == "Info" || row.Section == "Metadata" || row.Name == "Diagnostic" && row.Section == "" {
+		if row.Name == "Warning" || row.Name == "Info" || row.Section == "Metadata" {
 			continue
 		}
 		type res struct{ result, gpus, line string }
