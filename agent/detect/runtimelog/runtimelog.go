@@ -1,0 +1,228 @@
+// Package runtimelog turns the logs of the node's runtime components into
+// findings: the kubelet (PLEG stalls, container kills that time out), the
+// NVIDIA device plugin and pod admission failures it causes, and agents
+// whose own data source is gone (DCGM's host engine, NVML).
+//
+// Lines may come in any of the renderings found on a node or in a bug
+// report: journald/syslog ("Mar 13 16:02:43 node-a1 kubelet[1450]: I0313
+// ..."), bare glog ("I1025 02:19:08.002792 1 health.go:151] ..."), JSON log
+// lines (possibly cut off), or a bare Kubernetes Event message. Rules look at
+// the message text, so the rendering does not matter. Lines that match no
+// rule produce nothing: informational lines of nvidia-container-cli or the
+// device plugin are not errors.
+//
+// Findings carry no node or ID; detect.Stamp completes them.
+package runtimelog
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fleetrepair/fleetrepair/agent/detect/jsonlog"
+	"github.com/fleetrepair/fleetrepair/agent/finding"
+)
+
+// PLEGGap is the longest pause between two "PLEG is not healthy" lines that
+// still belong to one ongoing stall; the kubelet repeats the line every 5 s
+// while the stall lasts.
+const PLEGGap = 2 * time.Minute
+
+var (
+	pleg = regexp.MustCompile(`PLEG is not healthy: pleg was last seen active ([0-9][0-9hmsuµn.]*) ago; threshold is ([0-9][0-9hmsuµn.]*)`)
+	// allocFailed is the kubelet's pod admission failure when the device
+	// plugin's Allocate / GetPreferredAllocation call fails.
+	allocFailed = regexp.MustCompile(`device plugin (\w+) rpc failed with err: (.*)$`)
+	nvmlDevice  = regexp.MustCompile(`nvml\.Device (\d+): nvml: ([A-Za-z][A-Za-z ]*[A-Za-z])`)
+	// xidCritical is the device plugin marking a GPU unhealthy after a critical Xid.
+	xidCritical = regexp.MustCompile(`XidCriticalError: Xid=(\d+) on Device=([^,\s]+)`)
+	// killTimeout is the kubelet (or CRI) failing to kill a container in time.
+	killTimeout = regexp.MustCompile(`(?i)(?:error killing pod|KillContainer|StopContainer|KillPodSandbox|StopPodSandbox).*(?:DeadlineExceeded|context deadline exceeded)`)
+	// dcgmDown and nvmlDown are an agent's own data source failing.
+	dcgmDown = regexp.MustCompile(`(?i)(Error connecting to nv-hostengine[^"\n]*|libdcgm\.so[.0-9]* not found[^"\n]*|Host engine connection invalid[^"\n]*)`)
+	nvmlDown = regexp.MustCompile(`(?i)(Failed to initialize NVML[^"\n]*|Driver/library version mismatch[^"\n]*|libnvidia-ml\.so[.0-9]*[^"\n]*not found[^"\n]*)`)
+
+	syslogTime = regexp.MustCompile(`^([A-Z][a-z]{2} [ 0-9]\d \d\d:\d\d:\d\d)\s`)
+	glogTime   = regexp.MustCompile(`(?:^|\s)[IWEF](\d{4} \d\d:\d\d:\d\d\.\d+)\s`)
+)
+
+// Stats count what Parse saw.
+type Stats struct {
+	Lines   int // records read (JSON records with wrapped lines joined)
+	Matched int // records that fed a finding
+}
+
+// Parse reads a runtime log and returns its findings, in order of first
+// appearance. Repeated lines of one condition are grouped: a PLEG stall is
+// one finding (Count = its lines, last_seen_active_max the longest), and
+// the same error from the same component is one finding with a Count.
+func Parse(r io.Reader) ([]finding.Finding, Stats, error) {
+	var st Stats
+	recs, err := records(r)
+	if err != nil {
+		return nil, st, err
+	}
+	p := &parser{byKey: map[string]int{}}
+	for _, rec := range recs {
+		st.Lines++
+		if p.line(rec) {
+			st.Matched++
+		}
+	}
+	p.closePLEG()
+	return p.out, st, nil
+}
+
+// records returns JSON records (wrapped lines joined) when the input is a
+// JSON log, else its lines.
+func records(r io.Reader) ([]string, error) {
+	br := bufio.NewReader(r)
+	head, _ := br.Peek(512)
+	if t := strings.TrimSpace(string(head)); strings.HasPrefix(t, "{") {
+		return jsonlog.Records(br)
+	}
+	var out []string
+	sc := bufio.NewScanner(br)
+	sc.Buffer(make([]byte, 64*1024), 1<<20)
+	for sc.Scan() {
+		if l := strings.TrimRight(sc.Text(), "\r"); strings.TrimSpace(l) != "" {
+			out = append(out, l)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return out, fmt.Errorf("read runtime log: %w", err)
+	}
+	return out, nil
+}
+
+type parser struct {
+	out   []finding.Finding
+	byKey map[string]int // grouping key -> index in out
+
+	plegIdx  int // index in out of the open PLEG stall, valid while plegOpen
+	plegMax  time.Duration
+	plegLast time.Time
+	plegOpen bool
+}
+
+// add appends f, or counts it into the finding with the same key.
+func (p *parser) add(key string, f finding.Finding) {
+	if i, ok := p.byKey[key]; ok {
+		p.out[i].Count++
+		if len(p.out[i].Evidence) < 16 {
+			p.out[i].Evidence = append(p.out[i].Evidence, f.Evidence...)
+		}
+		return
+	}
+	f.Count = 1
+	p.byKey[key] = len(p.out)
+	p.out = append(p.out, f)
+}
+
+func (p *parser) line(rec string) bool {
+	at := lineTime(rec)
+	if m := pleg.FindStringSubmatch(rec); m != nil {
+		p.plegLine(rec, at, m[1], m[2])
+		return true
+	}
+	if m := allocFailed.FindStringSubmatch(rec); m != nil {
+		cause := strings.TrimSpace(m[2])
+		attrs := map[string]string{}
+		if n := nvmlDevice.FindStringSubmatch(cause); n != nil {
+			attrs[finding.AttrNVMLIndex] = n[1]
+			cause = "nvml device " + n[1] + " " + strings.TrimPrefix(strings.ToLower(n[2]), "gpu ")
+		} else if len(cause) > 120 {
+			cause = cause[:120]
+		}
+		attrs[finding.AttrError] = m[1] + " failed (" + cause + ")"
+		p.add("dp\x00"+attrs[finding.AttrError], finding.Finding{Detector: finding.DetectorDevicePlugin, Time: at,
+			Attrs: attrs, Evidence: []string{rec}})
+		return true
+	}
+	if m := xidCritical.FindStringSubmatch(rec); m != nil {
+		xid, _ := strconv.Atoi(m[1])
+		p.add("xidc\x00"+m[1]+"\x00"+m[2], finding.Finding{Detector: finding.DetectorDevicePlugin, Time: at, Xid: xid,
+			Attrs:    map[string]string{finding.AttrGPUUUID: m[2], finding.AttrError: "device marked unhealthy after Xid " + m[1]},
+			Evidence: []string{rec}})
+		return true
+	}
+	if killTimeout.MatchString(rec) {
+		p.add("kill", finding.Finding{Detector: finding.DetectorRuntimeWedge, Time: at,
+			Attrs:    map[string]string{finding.AttrComponent: "container-runtime", finding.AttrCause: "kill of a container does not complete"},
+			Evidence: []string{rec}})
+		return true
+	}
+	for _, src := range []struct {
+		re        *regexp.Regexp
+		component string
+	}{{dcgmDown, "dcgm"}, {nvmlDown, "nvml"}} {
+		if m := src.re.FindStringSubmatch(rec); m != nil {
+			e := strings.TrimSpace(m[1])
+			p.add("mp\x00"+src.component+"\x00"+e, finding.Finding{Detector: finding.DetectorMonitoring, Time: at,
+				Attrs:    map[string]string{finding.AttrComponent: src.component, finding.AttrError: e},
+				Evidence: []string{rec}})
+			return true
+		}
+	}
+	return false
+}
+
+func (p *parser) plegLine(rec string, at time.Time, seen, threshold string) {
+	d, err := time.ParseDuration(seen)
+	if err != nil {
+		return
+	}
+	if p.plegOpen && !at.IsZero() && !p.plegLast.IsZero() && at.Sub(p.plegLast) > PLEGGap {
+		p.closePLEG()
+	}
+	p.plegLast = at
+	if !p.plegOpen {
+		p.plegOpen, p.plegMax, p.plegIdx = true, 0, len(p.out)
+		p.out = append(p.out, finding.Finding{Detector: finding.DetectorRuntimeWedge, Time: at,
+			Attrs: map[string]string{finding.AttrComponent: "kubelet-pleg", finding.AttrThreshold: threshold}})
+	}
+	f := &p.out[p.plegIdx]
+	f.Count++
+	if len(f.Evidence) < 16 {
+		f.Evidence = append(f.Evidence, rec)
+	}
+	if d > p.plegMax {
+		p.plegMax = d
+		f.Attrs[finding.AttrLastSeenActiveMax] = seen
+	}
+}
+
+func (p *parser) closePLEG() { p.plegOpen = false }
+
+// lineTime reads the line's timestamp: RFC 3339 in a JSON "ts"/"time", or
+// syslog / glog time of day (year unknown: 0, good for ordering only).
+func lineTime(rec string) time.Time {
+	if strings.HasPrefix(rec, "{") {
+		v, _ := jsonlog.Parse(rec)
+		if m, ok := v.(map[string]any); ok {
+			for _, k := range []string{"ts", "time", "timestamp"} {
+				if s, ok := jsonlog.String(m, k); ok {
+					if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+						return t.UTC()
+					}
+				}
+			}
+		}
+		return time.Time{}
+	}
+	if m := syslogTime.FindStringSubmatch(rec); m != nil {
+		if t, err := time.Parse("Jan _2 15:04:05", m[1]); err == nil {
+			return t
+		}
+	}
+	if m := glogTime.FindStringSubmatch(rec); m != nil {
+		if t, err := time.Parse("0102 15:04:05.999999", m[1]); err == nil {
+			return t
+		}
+	}
+	return time.Time{}
+}
