@@ -30,7 +30,7 @@ import (
 	"github.com/fleetrepair/fleetrepair/web/api"
 )
 
-var agentBin string
+var agentBin, controllerBin string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "fleetrepair-e2e-")
@@ -39,9 +39,10 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	agentBin = filepath.Join(dir, "fleetrepair-agent")
-	out, err := exec.Command("go", "build", "-o", agentBin, "../../cmd/fleetrepair-agent").CombinedOutput()
+	controllerBin = filepath.Join(dir, "fleetrepair")
+	out, err := exec.Command("go", "build", "-o", dir+"/", "../../cmd/fleetrepair-agent", "../../cmd/fleetrepair").CombinedOutput()
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "build agent: %v\n%s", err, out)
+		fmt.Fprintf(os.Stderr, "build binaries: %v\n%s", err, out)
 		os.Exit(1)
 	}
 	defer os.RemoveAll(dir)

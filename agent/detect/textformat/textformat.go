@@ -1,0 +1,259 @@
+// Package textformat recognises the saved text a node's tools produce (the
+// kernel log in its renderings, nvidia-smi output, dcgmi diag tables,
+// dcgm-exporter samples, JSON logs of GPU health monitors and agents, and the
+// kubelet / device plugin / container runtime logs) and routes each to its
+// parser, so that `fleetrepair-agent scan` and the case tests read every
+// node-side input through one entry point: Scan.
+//
+// Kubernetes objects and Karpenter events (Node, NodeClaim, conditions,
+// "kubectl describe" and "kubectl get events" output) are not node-side
+// data: the controller reads them from the API server. They have no format
+// here.
+package textformat
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"strings"
+
+	"github.com/fleetrepair/fleetrepair/agent/detect"
+	"github.com/fleetrepair/fleetrepair/agent/detect/dcgmtext"
+	"github.com/fleetrepair/fleetrepair/agent/detect/nvsmi"
+	"github.com/fleetrepair/fleetrepair/agent/detect/runtimelog"
+	"github.com/fleetrepair/fleetrepair/agent/finding"
+	"github.com/fleetrepair/fleetrepair/agent/kmsg"
+)
+
+// Format names an input format. The kernel log renderings are the
+// kmsg.Format names ("dmesg", "devkmsg", ...); the others are below.
+type Format string
+
+// Non-kernel formats.
+const (
+	// Auto detects the format from the first SniffBytes of the input.
+	Auto Format = "auto"
+	// NvidiaSMI is nvidia-smi output: -q sections, "nvlink -s" tables, and
+	// its error lines ("Unable to determine the device handle ...").
+	NvidiaSMI Format = "nvidia-smi"
+	// DcgmiDiag is "dcgmi diag" table output, in dcgmi's layout or collapsed onto one line.
+	DcgmiDiag Format = "dcgmi-diag"
+	// Prometheus is the Prometheus text format of dcgm-exporter.
+	Prometheus Format = "prometheus"
+	// JSONLog is a JSON log (one object a line, lines may be wrapped or cut
+	// off): health events of GPU health monitors and agents' data-source errors.
+	JSONLog Format = "json-log"
+	// RuntimeLog is a log of the kubelet, the container runtime or the
+	// device plugin, in journald/syslog, glog or bare text form.
+	RuntimeLog Format = "runtime-log"
+)
+
+// aliases maps the format names used by the case corpus (expected.yaml
+// inputs[].format) to the format that parses them.
+var aliases = map[string]Format{
+	"nvidia-smi-q": NvidiaSMI, "nvidia-smi-nvlink": NvidiaSMI,
+	"dcgmi-diag-table": DcgmiDiag, "dcgmi-diag-collapsed": DcgmiDiag,
+	"prometheus-text": Prometheus,
+	"journal-syslog":  RuntimeLog, "glog": RuntimeLog, "k8s-event-message": RuntimeLog, "docker-version": RuntimeLog,
+	"kubelet": RuntimeLog,
+}
+
+// ErrUnknownFormat is returned (wrapped) by ParseFormat.
+var ErrUnknownFormat = errors.New("unknown input format")
+
+// Formats lists the format names ParseFormat accepts (aliases excluded),
+// Auto first, then the kernel renderings, then the others.
+func Formats() []Format {
+	out := []Format{Auto}
+	for _, f := range kmsg.Formats() {
+		if f != kmsg.FormatAuto {
+			out = append(out, Format(f))
+		}
+	}
+	return append(out, NvidiaSMI, DcgmiDiag, Prometheus, JSONLog, RuntimeLog)
+}
+
+// ParseFormat returns the Format named s: a name of Formats, "kmsg" (an
+// alias of "devkmsg"), "kernel" (kernel log, rendering detected per line), or
+// a format name of the case corpus (aliases).
+func ParseFormat(s string) (Format, error) {
+	switch s {
+	case "kmsg":
+		return Format(kmsg.FormatDevKmsg), nil
+	case "kernel":
+		return Format(kmsg.FormatAuto), nil
+	}
+	if f, ok := aliases[s]; ok {
+		return f, nil
+	}
+	for _, f := range Formats() {
+		if string(f) == s {
+			return f, nil
+		}
+	}
+	names := make([]string, 0, 16)
+	for _, f := range Formats() {
+		names = append(names, string(f))
+	}
+	return "", fmt.Errorf("parse format %q (want one of %s): %w", s, strings.Join(names, ", "), ErrUnknownFormat)
+}
+
+// Kernel returns the kmsg format of f and true when f is a kernel log
+// rendering ("kernel" included, as kmsg.FormatAuto).
+func (f Format) Kernel() (kmsg.Format, bool) {
+	switch f {
+	case Auto, NvidiaSMI, DcgmiDiag, Prometheus, JSONLog, RuntimeLog:
+		return "", false
+	}
+	k, err := kmsg.ParseFormat(string(f))
+	return k, err == nil
+}
+
+// SniffBytes is how much of the input Sniff looks at.
+const SniffBytes = 64 * 1024
+
+var (
+	sniffDiag = regexp.MustCompile(`\|\s*Diagnostic\s*\|\s*Result\s*\||dcgmi diag`)
+	sniffProm = regexp.MustCompile(`(?m)^(# (HELP|TYPE) \S+|DCGM_[A-Z0-9_]+(\{|\s))`)
+	sniffSMI  = regexp.MustCompile(`(?im)Unable to determine the device handle|all links are inactive|^\s*Remapped Rows\s*$|^\s*Link \d+: (<inactive>|[0-9.]+ GB/s)|NVIDIA-SMI|^nvidia-smi|^==============NVSMI LOG`)
+	sniffRT   = regexp.MustCompile(`(?m)^[A-Z][a-z]{2} [ 0-9]\d \d\d:\d\d:\d\d \S+ (kubelet|containerd|dockerd|crio|nvidia-device-plugin|nvidia-container)[^:\s]*:|^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ \S+:\d+\]|^Server: Docker Engine|device plugin \w+ rpc failed`)
+)
+
+// Sniff guesses the format of an input from its beginning. It returns a
+// non-kernel format only on an unambiguous sign (a JSON object, the dcgmi
+// table header, Prometheus comments or DCGM_ samples, nvidia-smi's own
+// texts, kubelet/runtime/glog line prefixes), and the kernel log (Format
+// "auto" of kmsg, detected per line) otherwise.
+func Sniff(head []byte) Format {
+	t := bytes.TrimSpace(head)
+	switch {
+	case bytes.HasPrefix(t, []byte("{")):
+		return JSONLog
+	case sniffDiag.Match(t):
+		return DcgmiDiag
+	case sniffSMI.Match(t):
+		return NvidiaSMI
+	case sniffProm.Match(t):
+		return Prometheus
+	case sniffRT.Match(t):
+		return RuntimeLog
+	}
+	return Format(kmsg.FormatAuto)
+}
+
+// Options configure Scan.
+type Options struct {
+	// Node and BootID are put into every finding.
+	Node, BootID string
+	// Rules replaces the embedded kernel-log rules.
+	Rules *detect.Rules
+	// Events returns one kernel finding per event instead of the per-input
+	// aggregate (detect.Aggregate). Other formats are grouped by their parser.
+	Events bool
+}
+
+// Result is what Scan read.
+type Result struct {
+	// Format is the format the input was read as (after Auto detection).
+	Format Format
+	// Findings are complete (node, boot ID, ID) and in input order.
+	Findings []finding.Finding
+	// Lines is the number of lines (or records) read.
+	Lines int
+	// Kernel holds the kernel parser's and detector's counters for a kernel
+	// log input; nil otherwise.
+	Kernel *KernelStats
+}
+
+// KernelStats are the counters of a kernel log scan.
+type KernelStats struct {
+	Text   kmsg.TextStats
+	Detect detect.Stats
+}
+
+// Scan reads one input in format f (Auto: see Sniff) and returns its
+// findings. Errors: reading the input, and ctx ending during a kernel log.
+func Scan(ctx context.Context, r io.Reader, f Format, o Options) (Result, error) {
+	br := bufio.NewReaderSize(r, SniffBytes)
+	if f == Auto || f == "" {
+		head, _ := br.Peek(SniffBytes)
+		f = Sniff(head)
+	}
+	res := Result{Format: f}
+	if k, ok := f.Kernel(); ok {
+		return scanKernel(ctx, br, k, o, res)
+	}
+	var (
+		fs  []finding.Finding
+		err error
+	)
+	switch f {
+	case NvidiaSMI:
+		var st nvsmi.Stats
+		fs, st, err = nvsmi.Parse(br)
+		res.Lines = st.Lines
+	case DcgmiDiag:
+		fs, err = dcgmtext.ParseDiag(br)
+	case Prometheus:
+		fs, err = dcgmtext.ParseMetrics(br)
+	case RuntimeLog:
+		var st runtimelog.Stats
+		fs, st, err = runtimelog.Parse(br)
+		res.Lines = st.Lines
+	case JSONLog:
+		// One read, two parsers: health events, and the runtime rules
+		// (an agent's own data source failing).
+		data, rerr := io.ReadAll(io.LimitReader(br, 64<<20))
+		if rerr != nil {
+			return res, fmt.Errorf("scan json log: %w", rerr)
+		}
+		fs, err = dcgmtext.ParseHealthEvents(bytes.NewReader(data))
+		if err == nil {
+			var more []finding.Finding
+			var st runtimelog.Stats
+			more, st, err = runtimelog.Parse(bytes.NewReader(data))
+			fs = append(fs, more...)
+			res.Lines = st.Lines
+		}
+	default:
+		return res, fmt.Errorf("scan: format %q: %w", f, ErrUnknownFormat)
+	}
+	if err != nil {
+		return res, fmt.Errorf("scan %s: %w", f, err)
+	}
+	for _, x := range fs {
+		res.Findings = append(res.Findings, detect.Stamp(x, o.Node, o.BootID))
+	}
+	return res, nil
+}
+
+func scanKernel(ctx context.Context, r io.Reader, format kmsg.Format, o Options, res Result) (Result, error) {
+	p := kmsg.NewTextParser(r, format, kmsg.TextOptions{})
+	d := detect.New(detect.Options{Node: o.Node, BootID: o.BootID, Rules: o.Rules})
+	var events []finding.Finding
+	for n := 0; ; n++ {
+		if n%4096 == 0 && ctx.Err() != nil {
+			return res, fmt.Errorf("scan kernel log: %w", ctx.Err())
+		}
+		rec, ok := p.Next()
+		if !ok {
+			break
+		}
+		events = append(events, d.Feed(rec)...)
+	}
+	if err := p.Err(); err != nil {
+		return res, fmt.Errorf("scan kernel log: %w", err)
+	}
+	events = append(events, d.Flush()...)
+	if !o.Events {
+		events = detect.Aggregate(events)
+	}
+	st := p.Stats()
+	res.Findings, res.Lines = events, int(st.Lines)
+	res.Kernel = &KernelStats{Text: st, Detect: d.Stats()}
+	return res, nil
+}
