@@ -13,13 +13,12 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fleetrepair/fleetrepair/agent/detect"
-	"github.com/fleetrepair/fleetrepair/agent/finding"
-	"github.com/fleetrepair/fleetrepair/agent/kmsg"
+	"github.com/fleetrepair/fleetrepair/agent/detect/textformat"
 )
 
 // scanOptions are the flags of "scan".
 type scanOptions struct {
-	format string // kmsg.Format name
+	format string // textformat.Format name
 	node   string // Finding.Node
 	bootID string // Finding.BootID
 	rules  string // rules file replacing the embedded rules
@@ -27,27 +26,40 @@ type scanOptions struct {
 }
 
 func newScanCmd(s streams) *cobra.Command {
-	o := scanOptions{format: string(kmsg.FormatAuto), node: os.Getenv("NODE_NAME")}
-	formats := make([]string, 0, 8)
-	for _, f := range kmsg.Formats() {
+	o := scanOptions{format: string(textformat.Auto), node: os.Getenv("NODE_NAME")}
+	formats := make([]string, 0, 16)
+	for _, f := range textformat.Formats() {
 		formats = append(formats, string(f))
 	}
 	cmd := &cobra.Command{
 		Use:   "scan [flags] FILE...",
-		Short: "Read kernel log files and print findings as JSON lines",
-		Long: `scan reads saved kernel logs (dmesg, dmesg --ctime, dmesg -H, syslog,
-journalctl -k or /dev/kmsg records; FILE "-" is standard input), runs the
+		Short: "Read saved kernel logs and tool outputs, print findings as JSON lines",
+		Long: `scan reads saved node-side inputs (FILE "-" is standard input), runs the
 agent's detectors on them and prints the findings, one finding.Finding JSON
-object per line, on standard output.
+object per line, on standard output. Inputs:
 
-Each FILE is scanned on its own. By default the findings of a file are
+  kernel logs     dmesg, dmesg --ctime, dmesg -H, syslog, journalctl -k, /dev/kmsg records
+  nvidia-smi      -q sections (Remapped Rows, Retired Pages), nvlink -s, its error lines
+  dcgmi-diag      "dcgmi diag" tables, also collapsed onto one line
+  prometheus      dcgm-exporter samples (Xid gauges)
+  json-log        GPU health monitor events, agents' DCGM/NVML connection errors
+  runtime-log     kubelet (PLEG, kill timeouts), device plugin, pod admission errors
+
+With --format auto (the default) the format of each FILE is detected from
+its beginning; name it with --format where detection guesses wrong.
+Kubernetes objects (Node, NodeClaim, events) are read by the controller, not
+here.
+
+Each FILE is scanned on its own. By default the kernel findings of a file are
 aggregated: the same fact on the same device becomes one finding with a count
-(see detect.Aggregate); --events prints every event as the live agent would
-send it. Lines that fit no format are still examined, and counted on standard
-error. Exit status: 0 when every file was read (with or without findings),
-1 when a file cannot be read, 2 for bad flags.`,
+(see detect.Aggregate); --events prints every kernel event as the live agent
+would send it. Kernel lines that fit no rendering are still examined, and
+counted on standard error. Exit status: 0 when every file was read (with or
+without findings), 1 when a file cannot be read, 2 for bad flags.`,
 		Example: `  fleetrepair-agent scan --format dmesg node-a1.dmesg.txt
-  journalctl -k -b | fleetrepair-agent scan --node node-a1 -`,
+  journalctl -k -b | fleetrepair-agent scan --node node-a1 -
+  nvidia-smi -q | fleetrepair-agent scan -
+  fleetrepair-agent scan dcgmi-diag.txt kubelet.log`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				return usageError{errors.New("scan: at least one FILE (or - for standard input) is required")}
@@ -59,7 +71,7 @@ error. Exit status: 0 when every file was read (with or without findings),
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&o.format, "format", o.format, "input format: "+strings.Join(formats, "|")+" (kmsg = devkmsg)")
+	fl.StringVar(&o.format, "format", o.format, "input format: "+strings.Join(formats, "|")+" (kmsg = devkmsg; kernel = any kernel rendering)")
 	fl.StringVar(&o.node, "node", o.node, "node name put into every finding (env NODE_NAME)")
 	fl.StringVar(&o.bootID, "boot-id", "", "boot ID put into every finding (the input's boot, if known)")
 	fl.StringVar(&o.rules, "rules", "", "rules file replacing the embedded kernel-log rules")
@@ -75,7 +87,7 @@ type scanInput struct {
 }
 
 func (o scanOptions) run(ctx context.Context, args []string, s streams) error {
-	format, err := kmsg.ParseFormat(o.format)
+	format, err := textformat.ParseFormat(o.format)
 	if err != nil {
 		return usageError{fmt.Errorf("scan: --format: %w", err)}
 	}
@@ -115,47 +127,26 @@ func (o scanOptions) run(ctx context.Context, args []string, s streams) error {
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
 	for _, in := range inputs {
-		fs, stats, dstats, err := o.scanOne(ctx, in, format, rules)
+		res, err := textformat.Scan(ctx, in.r, format, textformat.Options{Node: o.node, BootID: o.bootID, Rules: rules, Events: o.events})
 		if err != nil {
-			return err
+			return fmt.Errorf("scan %s: %w", in.name, err)
 		}
-		for _, f := range fs {
+		for _, f := range res.Findings {
 			if err := enc.Encode(f); err != nil {
 				return fmt.Errorf("scan: write findings: %w", err)
 			}
 		}
-		fmt.Fprintf(s.err, "scan %s: %d lines, %d records, %d unparsed lines (examined as raw text), %d findings (%d events)\n",
-			in.name, stats.Lines, stats.Records, stats.Unparsed, len(fs), sum(dstats.Findings))
+		if k := res.Kernel; k != nil {
+			fmt.Fprintf(s.err, "scan %s: %d lines, %d records, %d unparsed lines (examined as raw text), %d findings (%d events)\n",
+				in.name, k.Text.Lines, k.Text.Records, k.Text.Unparsed, len(res.Findings), sum(k.Detect.Findings))
+		} else {
+			fmt.Fprintf(s.err, "scan %s: %s, %d lines, %d findings\n", in.name, res.Format, res.Lines, len(res.Findings))
+		}
 	}
 	if err := w.Flush(); err != nil {
 		return fmt.Errorf("scan: write findings: %w", err)
 	}
 	return nil
-}
-
-// scanOne scans one input with a Detector of its own.
-func (o scanOptions) scanOne(ctx context.Context, in scanInput, format kmsg.Format, rules *detect.Rules) ([]finding.Finding, kmsg.TextStats, detect.Stats, error) {
-	p := kmsg.NewTextParser(in.r, format, kmsg.TextOptions{})
-	d := detect.New(detect.Options{Node: o.node, BootID: o.bootID, Rules: rules})
-	var events []finding.Finding
-	for n := 0; ; n++ {
-		if n%4096 == 0 && ctx.Err() != nil {
-			return nil, kmsg.TextStats{}, detect.Stats{}, fmt.Errorf("scan %s: %w", in.name, ctx.Err())
-		}
-		rec, ok := p.Next()
-		if !ok {
-			break
-		}
-		events = append(events, d.Feed(rec)...)
-	}
-	if err := p.Err(); err != nil {
-		return nil, kmsg.TextStats{}, detect.Stats{}, fmt.Errorf("scan %s: %w", in.name, err)
-	}
-	events = append(events, d.Flush()...)
-	if !o.events {
-		events = detect.Aggregate(events)
-	}
-	return events, p.Stats(), d.Stats(), nil
 }
 
 func sum(m map[string]uint64) uint64 {

@@ -44,6 +44,12 @@ func TestScan(t *testing.T) {
 	t.Parallel()
 	c04 := filepath.Join(cases, "c04-xid45-secondary-to-nvlink", "input.kmsg.txt")
 	c02 := filepath.Join(cases, "c02-fallen-off-bus-no-xid", "input.devkmsg.txt")
+	c13 := filepath.Join(cases, "c13-nvlink-inactive-links", "input.nvidia-smi.txt")
+	c06 := filepath.Join(cases, "c06-remapped-rows-pending", "input.nvidia-smi.txt")
+	c15 := filepath.Join(cases, "c15-dcgmi-diag-faulty-memory", "input.dcgmi-diag.collapsed.txt")
+	c16 := filepath.Join(cases, "c16-dcgm-exporter-xid-gauge", "input.metrics-windowed.prom")
+	c19 := filepath.Join(cases, "c19-kubelet-pleg-not-healthy", "input.kubelet.log")
+	c08 := filepath.Join(cases, "c08-xid95-uncontained-health-event", "input.health-monitor.log")
 	c02text, err := os.ReadFile(c02)
 	if err != nil {
 		t.Fatal(err)
@@ -66,6 +72,15 @@ func TestScan(t *testing.T) {
 		{name: "unparsed lines are counted", stdin: "garbage line\nNVRM: Xid (PCI:0000:01:00): 79, GPU has fallen off the bus.\n",
 			args: []string{"scan", "--format", "dmesg", "-"}, findings: 1, count: 1, stderrHas: "2 unparsed lines"},
 		{name: "no findings still exits 0", stdin: "[ 1.000000] eth0: link up\n", args: []string{"scan", "-"}, stderrHas: "0 findings"},
+		{name: "nvidia-smi detected", args: []string{"scan", c13}, findings: 1, count: 2, stderrHas: "nvidia-smi, 9 lines, 1 findings"},
+		{name: "corpus format name", args: []string{"scan", "--format", "nvidia-smi-q", c06}, findings: 1, count: 1},
+		{name: "dcgmi diag collapsed", args: []string{"scan", c15}, findings: 2, count: 2, stderrHas: "dcgmi-diag"},
+		{name: "exporter metrics", args: []string{"scan", c16}, findings: 1, count: 1, stderrHas: "prometheus"},
+		{name: "kubelet log", args: []string{"scan", c19}, findings: 1, count: 5, stderrHas: "runtime-log"},
+		{name: "health event json", args: []string{"scan", c08}, findings: 1, count: 1, stderrHas: "json-log"},
+		{name: "mixed files", args: []string{"scan", c04, c13, c19}, findings: 6, count: 15},
+		{name: "nvidia-smi from stdin", stdin: "Unable to determine the device handle for GPU 0000:3B:00.0: GPU is lost\n",
+			args: []string{"scan", "-"}, findings: 1, count: 1},
 		{name: "unknown flag", args: []string{"scan", "--nope", c04}, code: exitUsage, stderrHas: "unknown flag: --nope"},
 		{name: "bad format", args: []string{"scan", "--format", "xml", c04}, code: exitUsage, stderrHas: `parse format "xml"`},
 		{name: "no file", args: []string{"scan"}, code: exitUsage, stderrHas: "at least one FILE"},

@@ -9,10 +9,12 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/fleetrepair/fleetrepair/controller/auth"
 	"github.com/fleetrepair/fleetrepair/controller/kube"
 	"github.com/fleetrepair/fleetrepair/controller/runner"
 	"github.com/fleetrepair/fleetrepair/controller/store"
@@ -20,8 +22,9 @@ import (
 
 func newControllerCmd() *cobra.Command {
 	var (
-		o        runner.Options
-		clusters []string
+		o                                    runner.Options
+		clusters, agentSAs                   []string
+		agentAuth, agentToken, agentAudience string
 	)
 	cmd := &cobra.Command{
 		Use:   "controller",
@@ -40,6 +43,7 @@ for the cluster the controller runs in. Every flag has an environment fallback
 				return errors.New("at least one --cluster NAME=KUBECONFIG|in-cluster is required")
 			}
 			o.Clusters = map[string]*kube.Cluster{}
+			reviewers := map[string]kubernetes.Interface{}
 			for _, c := range clusters {
 				name, path, ok := strings.Cut(c, "=")
 				if !ok || name == "" || path == "" {
@@ -48,13 +52,26 @@ for the cluster the controller runs in. Every flag has an environment fallback
 				if o.Clusters[name] != nil {
 					return fmt.Errorf("--cluster %q: cluster %s given twice", c, name)
 				}
-				k, err := clusterFrom(name, path)
+				k, cs, err := clusterFrom(name, path)
 				if err != nil {
 					return err
 				}
-				o.Clusters[name] = k
+				o.Clusters[name], reviewers[name] = k, cs
 			}
 			o.Log = slog.New(slog.NewJSONHandler(os.Stderr, nil))
+			switch agentAuth {
+			case "tokenreview":
+				o.Authenticator = &auth.TokenReview{Clusters: reviewers, Audience: agentAudience, ServiceAccounts: agentSAs}
+			case "static":
+				if agentToken == "" {
+					return errors.New("--agent-auth=static needs --agent-token (or FLEETREPAIR_AGENT_TOKEN)")
+				}
+				o.Authenticator = auth.StaticToken{Token: agentToken}
+			case "none":
+				o.Log.Warn("agent authentication is OFF (--agent-auth=none): anyone who reaches the API can report findings for any node")
+			default:
+				return fmt.Errorf("--agent-auth %q: want tokenreview, static or none", agentAuth)
+			}
 			c, err := runner.Start(cmd.Context(), o)
 			if err != nil {
 				return err
@@ -71,11 +88,14 @@ for the cluster the controller runs in. Every flag has an environment fallback
 	f.DurationVar(&o.Toleration, "toleration", 0, "override every reason's toleration window (e.g. 30s for demos; 0 = catalog defaults: 10m accelerated hardware, 30m other)")
 	f.DurationVar(&o.Resync, "resync", 10*time.Second, "period of the pass over open repairs")
 	f.StringVar(&o.PolicyFile, "policy", envOr("FLEETREPAIR_POLICY", ""), "policy file with per-reason and per-NodePool overrides (toleration, action, disabled); see docs/policy.md")
-	f.StringVar(&o.AgentToken, "agent-token", envOr("FLEETREPAIR_AGENT_TOKEN", ""), "static bearer token agents must send (demo/dev mode)")
+	f.StringVar(&agentAuth, "agent-auth", envOr("FLEETREPAIR_AGENT_AUTH", "tokenreview"), "how agents authenticate: tokenreview (projected ServiceAccount tokens, validated against the agent's cluster), static (one shared token, demo/dev), none (insecure)")
+	f.StringVar(&agentToken, "agent-token", envOr("FLEETREPAIR_AGENT_TOKEN", ""), "the shared token of --agent-auth=static")
+	f.StringVar(&agentAudience, "agent-audience", auth.DefaultAudience, "audience agents' projected tokens must carry")
+	f.StringArrayVar(&agentSAs, "agent-service-account", nil, "accept only these subjects, e.g. system:serviceaccount:fleetrepair:fleetrepair-agent (repeatable; default: any bound token)")
 	return cmd
 }
 
-func clusterFrom(name, path string) (*kube.Cluster, error) {
+func clusterFrom(name, path string) (*kube.Cluster, kubernetes.Interface, error) {
 	var (
 		cfg *rest.Config
 		err error
@@ -86,13 +106,17 @@ func clusterFrom(name, path string) (*kube.Cluster, error) {
 		cfg, err = clientcmd.BuildConfigFromFlags("", path)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("load kubeconfig for cluster %s: %w", name, err)
+		return nil, nil, fmt.Errorf("load kubeconfig for cluster %s: %w", name, err)
 	}
 	c, err := client.New(cfg, client.Options{Scheme: kube.Scheme})
 	if err != nil {
-		return nil, fmt.Errorf("build client for cluster %s: %w", name, err)
+		return nil, nil, fmt.Errorf("build client for cluster %s: %w", name, err)
 	}
-	return kube.New(name, c), nil
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("build clientset for cluster %s: %w", name, err)
+	}
+	return kube.New(name, c), cs, nil
 }
 
 func newMigrateCmd() *cobra.Command {

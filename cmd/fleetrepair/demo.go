@@ -21,6 +21,7 @@ import (
 	"github.com/fleetrepair/fleetrepair/agent/kmsg"
 	"github.com/fleetrepair/fleetrepair/agent/pipeline"
 	"github.com/fleetrepair/fleetrepair/agent/uplink"
+	"github.com/fleetrepair/fleetrepair/controller/auth"
 	"github.com/fleetrepair/fleetrepair/controller/kube"
 	"github.com/fleetrepair/fleetrepair/controller/ledger"
 	"github.com/fleetrepair/fleetrepair/controller/runner"
@@ -85,6 +86,10 @@ var demoNodes = []demoNode{
 
 const demoCluster = "demo"
 
+// demoToken is the static agent token of the demo (DEMO MODE: static tokens
+// cannot bind an agent to its node; production uses TokenReview).
+const demoToken = "demo-agent-token"
+
 func runDemo(ctx context.Context, o demoOptions, out io.Writer) error {
 	p := func(format string, a ...any) {
 		fmt.Fprintf(out, "%s  "+format+"\n", append([]any{time.Now().Format("15:04:05")}, a...)...)
@@ -126,11 +131,12 @@ func runDemo(ctx context.Context, o demoOptions, out io.Writer) error {
 	log := slog.New(slog.NewTextHandler(logw, nil))
 	ctrl, err := runner.Start(ctx, runner.Options{DatabaseURL: dsn, Migrate: true, Listen: o.listen,
 		Clusters: map[string]*kube.Cluster{demoCluster: kube.New(demoCluster, c)}, Toleration: o.toleration,
-		Resync: time.Second, Log: log})
+		Authenticator: auth.StaticToken{Token: demoToken},
+		Resync:        time.Second, Log: log})
 	if err != nil {
 		return err
 	}
-	p("controller API on %s  (toleration %s, dry-run off)", ctrl.URL, o.toleration)
+	p("controller API on %s  (toleration %s, dry-run off, DEMO MODE: static agent token)", ctrl.URL, o.toleration)
 
 	var wg sync.WaitGroup
 	errs := make(chan error, 16)
@@ -191,7 +197,7 @@ func (quiet) Run(ctx context.Context, _ chan<- kmsg.Record) error { <-ctx.Done()
 
 func runDemoAgent(ctx context.Context, url string, n demoNode, log *slog.Logger, p func(string, ...any)) error {
 	boot := "demo-boot-" + n.name
-	up, err := uplink.New(uplink.Config{URL: url, Cluster: demoCluster, Node: n.name, BootID: boot, AgentVersion: "demo",
+	up, err := uplink.New(uplink.Config{URL: url, Cluster: demoCluster, Node: n.name, BootID: boot, AgentVersion: "demo", Token: demoToken,
 		FlushInterval: time.Second, HeartbeatInterval: 5 * time.Second, Logger: log})
 	if err != nil {
 		return err

@@ -45,9 +45,9 @@ type Node struct {
 type Fleet struct {
 	keyRank map[string]int // precedence rank of each key (lower = more specific cause)
 	cohorts []Cohort
-	rank    []int   // cohort id -> key rank
-	size    []int32 // cohort id -> member count
-	ids     map[Cohort]int32
+	rank    []int              // cohort id -> key rank
+	size    []int32            // cohort id -> member count
+	ids     []map[string]int32 // per key rank: value -> cohort id
 	names   []string
 	pos     map[string]int32
 	// member[i*stride : (i+1)*stride] are node i's cohort ids, -1 for none.
@@ -63,10 +63,20 @@ func (f *Fleet) Len() int { return len(f.names) }
 
 // CohortSize returns the number of nodes in the cohort, 0 when none.
 func (f *Fleet) CohortSize(c Cohort) int {
-	if id, ok := f.ids[c]; ok {
+	if id, ok := f.id(c); ok {
 		return int(f.size[id])
 	}
 	return 0
+}
+
+// id returns the cohort's id in this fleet.
+func (f *Fleet) id(c Cohort) (int32, bool) {
+	r, ok := f.keyRank[c.Key]
+	if !ok {
+		return 0, false
+	}
+	id, ok := f.ids[r][c.Value]
+	return id, ok
 }
 
 // Cohorts returns every cohort of the fleet, sorted by key precedence then
@@ -88,12 +98,13 @@ func (p *Policy) Fleet(nodes []Node) *Fleet {
 	keys := p.cfg.Keys()
 	f := &Fleet{
 		keyRank: make(map[string]int, len(keys)),
-		ids:     map[Cohort]int32{},
+		ids:     make([]map[string]int32, len(keys)),
 		pos:     make(map[string]int32, len(nodes)),
 		stride:  len(keys),
 	}
 	for i, k := range keys {
 		f.keyRank[k] = i
+		f.ids[i] = map[string]int32{}
 	}
 	f.names = make([]string, 0, len(nodes))
 	f.member = make([]int32, 0, len(nodes)*len(keys))
@@ -109,12 +120,11 @@ func (p *Policy) Fleet(nodes []Node) *Fleet {
 				f.member = append(f.member, -1)
 				continue
 			}
-			c := Cohort{Key: k, Value: v}
-			id, ok := f.ids[c]
+			id, ok := f.ids[ki][v]
 			if !ok {
 				id = int32(len(f.cohorts))
-				f.ids[c] = id
-				f.cohorts = append(f.cohorts, c)
+				f.ids[ki][v] = id
+				f.cohorts = append(f.cohorts, Cohort{Key: k, Value: v})
 				f.rank = append(f.rank, ki)
 				f.size = append(f.size, 0)
 			}

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/fleetrepair/fleetrepair/controller/auth"
 	"github.com/fleetrepair/fleetrepair/controller/catalog"
 	"github.com/fleetrepair/fleetrepair/controller/diagnose"
 	"github.com/fleetrepair/fleetrepair/controller/kube"
@@ -45,9 +46,9 @@ type Options struct {
 	Resync time.Duration
 	// PolicyFile holds per-reason and per-NodePool overrides (empty: none).
 	PolicyFile string
-	// AgentToken is the static agent bearer token (empty: no agent auth;
-	// only for demos and tests).
-	AgentToken string
+	// Authenticator checks agents' tokens (auth.StaticToken,
+	// *auth.TokenReview); nil accepts every report (tests, insecure setups).
+	Authenticator auth.Authenticator
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 	Log *slog.Logger
@@ -112,7 +113,7 @@ func Start(ctx context.Context, o Options) (*Controller, error) {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	h, err := api.Handler(api.Config{Store: st, Catalog: cat, Clusters: names, AgentToken: o.AgentToken,
+	h, err := api.Handler(api.Config{Store: st, Catalog: cat, Clusters: names, Authenticator: o.Authenticator,
 		OnIngest: rec.Trigger, Gatherer: reg, Registerer: reg, Now: o.Now, Log: o.Log})
 	if err != nil {
 		st.Close()

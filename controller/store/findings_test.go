@@ -258,3 +258,24 @@ func TestNodeMeta(t *testing.T) {
 		t.Errorf("GetNode(missing) = %v, want ErrNotFound", err)
 	}
 }
+
+func TestSecurityEvents(t *testing.T) {
+	t.Parallel()
+	s := open(t)
+	ctx := context.Background()
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	if err := s.RecordSecurityEvent(ctx, store.SecurityEvent{Cluster: "c1", Node: "n1", Action: "ingest", Outcome: "denied",
+		Status: 403, Reason: "token bound to node n2"}, now); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RecordSecurityEvent(ctx, store.SecurityEvent{Action: "ingest", Outcome: "maybe"}, now); !errors.Is(err, store.ErrInvalid) {
+		t.Fatalf("unknown outcome: err = %v, want ErrInvalid", err)
+	}
+	evs, err := s.SecurityEvents(ctx, 10)
+	if err != nil || len(evs) != 1 || evs[0].Status != 403 || evs[0].Node != "n1" || !evs[0].At.Equal(now) {
+		t.Fatalf("events = %+v, %v", evs, err)
+	}
+	if _, err := s.Pool().Exec(ctx, "DELETE FROM security_audit"); err == nil {
+		t.Fatal("security_audit accepted a DELETE")
+	}
+}

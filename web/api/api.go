@@ -8,7 +8,6 @@ package api
 
 import (
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/fleetrepair/fleetrepair/agent/finding"
+	"github.com/fleetrepair/fleetrepair/controller/auth"
 	"github.com/fleetrepair/fleetrepair/controller/catalog"
 	"github.com/fleetrepair/fleetrepair/controller/ledger"
 	"github.com/fleetrepair/fleetrepair/controller/store"
@@ -39,9 +39,10 @@ type Config struct {
 	// Clusters are the cluster names this controller serves; reports for
 	// other clusters are refused.
 	Clusters []string
-	// AgentToken, when set, is the static bearer token agents must present
-	// (demo and development mode; DESIGN.md decision 10).
-	AgentToken string
+	// Authenticator checks agents' bearer tokens (auth.StaticToken for demos,
+	// *auth.TokenReview in production). Nil accepts every report: only for
+	// tests and explicitly insecure setups.
+	Authenticator auth.Authenticator
 	// OnIngest is called after a report is stored (the reconciler's Trigger).
 	OnIngest func(cluster, node string)
 	Gatherer prometheus.Gatherer
@@ -151,12 +152,26 @@ func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write([]byte("ok\n"))
 }
 
-func (s *server) authorized(r *http.Request) bool {
-	if s.cfg.AgentToken == "" {
-		return true
+func bearer(r *http.Request) string {
+	tok, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return strings.TrimSpace(tok)
+}
+
+// deny answers 401/403 for an authentication or authorization failure and
+// records it in the security audit.
+func (s *server) deny(w http.ResponseWriter, r *http.Request, err error, cluster, node, subject string) {
+	status, msg := http.StatusUnauthorized, "agent not authenticated"
+	if errors.Is(err, auth.ErrForbidden) {
+		status, msg = http.StatusForbidden, "agent not allowed"
+	} else if !errors.Is(err, auth.ErrUnauthenticated) {
+		status, msg = http.StatusServiceUnavailable, "cannot verify the agent's token now"
 	}
-	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	return ok && subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.AgentToken)) == 1
+	s.reports.WithLabelValues("unauthorized").Inc()
+	if aerr := s.cfg.Store.RecordSecurityEvent(r.Context(), store.SecurityEvent{Cluster: cluster, Node: node, Subject: subject,
+		Action: "ingest", Outcome: "denied", Status: status, Reason: err.Error(), RemoteAddr: r.RemoteAddr}, s.cfg.Now()); aerr != nil {
+		s.cfg.Log.ErrorContext(r.Context(), "record security event", "err", aerr)
+	}
+	writeError(w, status, msg, err.Error(), nil)
 }
 
 // IngestResponse is the body of a successful POST /api/v1/reports.
@@ -166,9 +181,8 @@ type IngestResponse struct {
 }
 
 func (s *server) ingest(w http.ResponseWriter, r *http.Request) {
-	if !s.authorized(r) {
-		s.reports.WithLabelValues("unauthorized").Inc()
-		writeError(w, http.StatusUnauthorized, "missing or wrong agent token", "send Authorization: Bearer <token>", nil)
+	if s.cfg.Authenticator != nil && bearer(r) == "" {
+		s.deny(w, r, fmt.Errorf("no bearer token (send Authorization: Bearer <token>): %w", auth.ErrUnauthenticated), "", "", "")
 		return
 	}
 	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
@@ -208,6 +222,16 @@ func (s *server) ingest(w http.ResponseWriter, r *http.Request) {
 		s.reports.WithLabelValues("invalid").Inc()
 		writeError(w, http.StatusForbidden, "unknown cluster", fmt.Sprintf("this controller serves clusters %v, not %q", s.cfg.Clusters, rep.Cluster), nil)
 		return
+	}
+	if s.cfg.Authenticator != nil {
+		id, err := s.cfg.Authenticator.Authenticate(r.Context(), bearer(r), rep.Cluster)
+		if err == nil {
+			err = auth.Authorize(id, rep.Cluster, rep.Node)
+		}
+		if err != nil {
+			s.deny(w, r, err, rep.Cluster, rep.Node, id.Subject)
+			return
+		}
 	}
 	for i := range rep.Findings {
 		if rep.Findings[i].Node == "" {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fleetrepair/fleetrepair/agent/finding"
+	"github.com/fleetrepair/fleetrepair/controller/auth"
 	"github.com/fleetrepair/fleetrepair/controller/catalog"
 	"github.com/fleetrepair/fleetrepair/controller/ledger"
 	"github.com/fleetrepair/fleetrepair/controller/store"
@@ -36,7 +37,7 @@ func newEnv(t *testing.T) *env {
 	}
 	t.Cleanup(st.Close)
 	e := &env{st: st}
-	h, err := api.Handler(api.Config{Store: st, Catalog: catalog.Default(), Clusters: []string{"c1"}, AgentToken: "secret",
+	h, err := api.Handler(api.Config{Store: st, Catalog: catalog.Default(), Clusters: []string{"c1"}, Authenticator: auth.StaticToken{Token: "secret"},
 		OnIngest: func(c, n string) { e.triggered = append(e.triggered, c+"/"+n) },
 		Log:      slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
@@ -231,5 +232,50 @@ func TestQueryErrors(t *testing.T) {
 	getStatus(t, e.srv.URL+"/api/v1/reasons", &cat)
 	if cat.Version == "" || len(cat.Reasons) < 10 {
 		t.Fatalf("reasons endpoint: version %q, %d reasons", cat.Version, len(cat.Reasons))
+	}
+}
+
+// boundTo is an Authenticator whose every token is bound to one node.
+type boundTo string
+
+func (b boundTo) Authenticate(_ context.Context, token, cluster string) (auth.Identity, error) {
+	if token != "secret" {
+		return auth.Identity{}, fmt.Errorf("bad token: %w", auth.ErrUnauthenticated)
+	}
+	return auth.Identity{Cluster: cluster, Node: string(b), Subject: "system:serviceaccount:fr:agent"}, nil
+}
+
+// TestDeniedReportsAreAudited: a wrong token (401) and a token bound to
+// another node (403) are refused with the reason, store nothing, and each
+// leaves a security audit entry.
+func TestDeniedReportsAreAudited(t *testing.T) {
+	e := newEnv(t)
+	h, err := api.Handler(api.Config{Store: e.st, Catalog: catalog.Default(), Clusters: []string{"c1"}, Authenticator: boundTo("n1"),
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	e.srv = srv
+	if status, eb := e.post(t, report("n2", xid("a", 79))); status != 403 || !strings.Contains(eb.Detail, "own node") {
+		t.Fatalf("report for another node: %d %+v", status, eb)
+	}
+	if status, _ := e.post(t, report("n1", xid("b", 79)), "Authorization", "Bearer wrong"); status != 401 {
+		t.Fatalf("wrong token: %d", status)
+	}
+	if status, _ := e.post(t, report("n1", xid("c", 79))); status != 200 {
+		t.Fatalf("valid report: %d", status)
+	}
+	evs, err := e.st.SecurityEvents(context.Background(), 10)
+	if err != nil || len(evs) != 2 {
+		t.Fatalf("security events = %+v (%v), want 2", evs, err)
+	}
+	if evs[1].Status != 403 || evs[1].Node != "n2" || evs[1].Subject == "" || evs[0].Status != 401 {
+		t.Fatalf("security events = %+v", evs)
+	}
+	fs, _ := e.st.FindingsForNode(context.Background(), "c1", "n2", time.Time{}, 0)
+	if len(fs) != 0 {
+		t.Fatalf("denied report stored %d findings", len(fs))
 	}
 }

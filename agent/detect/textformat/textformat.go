@@ -37,6 +37,9 @@ type Format string
 const (
 	// Auto detects the format from the first SniffBytes of the input.
 	Auto Format = "auto"
+	// KernelLog is a kernel log whose rendering is detected line by line
+	// (kmsg.FormatAuto); the kmsg.Format names pick one rendering.
+	KernelLog Format = "kernel"
 	// NvidiaSMI is nvidia-smi output: -q sections, "nvlink -s" tables, and
 	// its error lines ("Unable to determine the device handle ...").
 	NvidiaSMI Format = "nvidia-smi"
@@ -68,7 +71,7 @@ var ErrUnknownFormat = errors.New("unknown input format")
 // Formats lists the format names ParseFormat accepts (aliases excluded),
 // Auto first, then the kernel renderings, then the others.
 func Formats() []Format {
-	out := []Format{Auto}
+	out := []Format{Auto, KernelLog}
 	for _, f := range kmsg.Formats() {
 		if f != kmsg.FormatAuto {
 			out = append(out, Format(f))
@@ -78,14 +81,11 @@ func Formats() []Format {
 }
 
 // ParseFormat returns the Format named s: a name of Formats, "kmsg" (an
-// alias of "devkmsg"), "kernel" (kernel log, rendering detected per line), or
-// a format name of the case corpus (aliases).
+// alias of "devkmsg"), or a format name of the case corpus (aliases).
 func ParseFormat(s string) (Format, error) {
 	switch s {
 	case "kmsg":
 		return Format(kmsg.FormatDevKmsg), nil
-	case "kernel":
-		return Format(kmsg.FormatAuto), nil
 	}
 	if f, ok := aliases[s]; ok {
 		return f, nil
@@ -103,9 +103,11 @@ func ParseFormat(s string) (Format, error) {
 }
 
 // Kernel returns the kmsg format of f and true when f is a kernel log
-// rendering ("kernel" included, as kmsg.FormatAuto).
+// rendering (KernelLog as kmsg.FormatAuto).
 func (f Format) Kernel() (kmsg.Format, bool) {
 	switch f {
+	case KernelLog:
+		return kmsg.FormatAuto, true
 	case Auto, NvidiaSMI, DcgmiDiag, Prometheus, JSONLog, RuntimeLog:
 		return "", false
 	}
@@ -126,8 +128,7 @@ var (
 // Sniff guesses the format of an input from its beginning. It returns a
 // non-kernel format only on an unambiguous sign (a JSON object, the dcgmi
 // table header, Prometheus comments or DCGM_ samples, nvidia-smi's own
-// texts, kubelet/runtime/glog line prefixes), and the kernel log (Format
-// "auto" of kmsg, detected per line) otherwise.
+// texts, kubelet/runtime/glog line prefixes), and KernelLog otherwise.
 func Sniff(head []byte) Format {
 	t := bytes.TrimSpace(head)
 	switch {
@@ -142,7 +143,7 @@ func Sniff(head []byte) Format {
 	case sniffRT.Match(t):
 		return RuntimeLog
 	}
-	return Format(kmsg.FormatAuto)
+	return KernelLog
 }
 
 // Options configure Scan.

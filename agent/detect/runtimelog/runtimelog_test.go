@@ -1,0 +1,81 @@
+package runtimelog
+
+import (
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/fleetrepair/fleetrepair/agent/finding"
+)
+
+func describe(f finding.Finding) string {
+	s := f.Detector + " count=" + strconv.Itoa(f.Count)
+	if f.Xid != 0 {
+		s += " xid=" + strconv.Itoa(f.Xid)
+	}
+	keys := make([]string, 0, len(f.Attrs))
+	for k := range f.Attrs {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		s += " " + k + "=" + f.Attrs[k]
+	}
+	return s
+}
+
+func TestParse(t *testing.T) {
+	t.Parallel()
+	pleg := func(ts, seen string) string {
+		return "Mar 13 " + ts + " node-a1 kubelet[1450]: I0313 " + ts + ".934473    1450 kubelet.go:1778] skipping pod synchronization - [PLEG is not healthy: pleg was last seen active " + seen + " ago; threshold is 3m0s]"
+	}
+	tests := []struct {
+		name string
+		in   []string
+		want []string
+	}{
+		{"one PLEG stall", []string{pleg("16:02:43", "3m5s"), pleg("16:02:48", "3m10.5s")},
+			[]string{"runtime-wedge count=2 component=kubelet-pleg last_seen_active_max=3m10.5s threshold=3m0s"}},
+		{"two PLEG stalls far apart", []string{pleg("16:02:43", "3m5s"), pleg("17:02:43", "3m7s")}, []string{
+			"runtime-wedge count=1 component=kubelet-pleg last_seen_active_max=3m5s threshold=3m0s",
+			"runtime-wedge count=1 component=kubelet-pleg last_seen_active_max=3m7s threshold=3m0s"}},
+		{"kill timeout", []string{`E0101 00:00:00.000000 1 kuberuntime_container.go:1] "KillContainer from runtime service failed" err="rpc error: code = DeadlineExceeded desc = context deadline exceeded"`},
+			[]string{"runtime-wedge count=1 cause=kill of a container does not complete component=container-runtime"}},
+		{"xid critical", []string{`I0101 00:00:00.000000 1 health.go:1] XidCriticalError: Xid=79 on Device=GPU-abc, the device will go unhealthy.`},
+			[]string{"device-plugin count=1 xid=79 error=device marked unhealthy after Xid 79 gpu_uuid=GPU-abc"}},
+		{"allocation without nvml", []string{`Allocate failed due to device plugin Allocate rpc failed with err: rpc error: code = Unavailable desc = connection error`},
+			[]string{"device-plugin count=1 error=Allocate failed (rpc error: code = Unavailable desc = connection error)"}},
+		{"allocation storm is one finding", []string{
+			`Pod Allocate failed due to device plugin GetPreferredAllocation rpc failed with err: error creating nvml.Device 1: nvml: Unknown Error`,
+			`Pod Allocate failed due to device plugin GetPreferredAllocation rpc failed with err: error creating nvml.Device 1: nvml: Unknown Error`},
+			[]string{"device-plugin count=2 error=GetPreferredAllocation failed (nvml device 1 unknown error) nvml_index=1"}},
+		{"nvml missing in text log", []string{`E1 x.go:1] Failed to initialize NVML: ERROR_LIBRARY_NOT_FOUND`},
+			[]string{"monitoring-plane count=1 component=nvml error=Failed to initialize NVML: ERROR_LIBRARY_NOT_FOUND"}},
+		{"dcgm json, cut off", []string{`{"level":"error","ts":"2025-03-04T07:57:23Z","error":"failed to initialize DCGM: Error connecting to nv-hostengine: Host engine connection invalid/disconnected","stacktrace":"x`},
+			[]string{"monitoring-plane count=1 component=dcgm error=Error connecting to nv-hostengine: Host engine connection invalid/disconnected"}},
+		{"informational lines", []string{
+			`I1025 02:19:08.002792       1 health.go:151] Skipping non-nvmlEventTypeXidCriticalError event: {Device:{Handle:0x7f0dcf40bdf8} EventType:2}`,
+			`W1005 15:16:32.478854 2560706 nvc.c:269] failed to set inheritable capabilities`,
+			`Mar 13 16:02:43 node-a1 kubelet[1450]: I0313 16:02:43.9 1450 kubelet.go:1] SyncLoop (PLEG): event for pod`}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			fs, _, err := Parse(strings.NewReader(strings.Join(tt.in, "\n")))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, f := range fs {
+				got = append(got, describe(f))
+				if len(f.Evidence) == 0 {
+					t.Errorf("finding without evidence: %+v", f)
+				}
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("got\n  %s\nwant\n  %s", strings.Join(got, "\n  "), strings.Join(tt.want, "\n  "))
+			}
+		})
+	}
+}

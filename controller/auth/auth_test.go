@@ -1,0 +1,132 @@
+package auth_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	authnv1 "k8s.io/api/authentication/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/fleetrepair/fleetrepair/controller/auth"
+)
+
+// apiServer is a fake cluster whose TokenReview answers from a table of
+// known tokens, as an API server's authenticator would.
+type token struct {
+	user      string
+	node      string
+	audiences []string
+	expired   bool
+}
+
+func fakeCluster(tokens map[string]token, calls *atomic.Int32) kubernetes.Interface {
+	cs := fake.NewClientset()
+	cs.PrependReactor("create", "tokenreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		calls.Add(1)
+		tr := a.(k8stesting.CreateAction).GetObject().(*authnv1.TokenReview).DeepCopy()
+		tok, ok := tokens[tr.Spec.Token]
+		switch {
+		case !ok:
+			tr.Status = authnv1.TokenReviewStatus{Error: "invalid bearer token"}
+		case tok.expired:
+			tr.Status = authnv1.TokenReviewStatus{Error: "token has expired"}
+		default:
+			var aud []string
+			for _, want := range tr.Spec.Audiences {
+				for _, have := range tok.audiences {
+					if want == have {
+						aud = append(aud, want)
+					}
+				}
+			}
+			if len(aud) == 0 {
+				tr.Status = authnv1.TokenReviewStatus{Error: "token audiences is invalid for the target audiences"}
+				break
+			}
+			extra := map[string]authnv1.ExtraValue{}
+			if tok.node != "" {
+				extra[auth.NodeNameExtra] = authnv1.ExtraValue{tok.node}
+			}
+			tr.Status = authnv1.TokenReviewStatus{Authenticated: true, Audiences: aud,
+				User: authnv1.UserInfo{Username: tok.user, Extra: extra}}
+		}
+		return true, tr, nil
+	})
+	return cs
+}
+
+const agentSA = "system:serviceaccount:fleetrepair:fleetrepair-agent"
+
+func TestTokenReview(t *testing.T) {
+	t.Parallel()
+	var callsA, callsB atomic.Int32
+	a := map[string]token{
+		"good-n1":   {user: agentSA, node: "n1", audiences: []string{"fleetrepair"}},
+		"wrong-aud": {user: agentSA, node: "n1", audiences: []string{"https://kubernetes.default.svc"}},
+		"expired":   {user: agentSA, node: "n1", audiences: []string{"fleetrepair"}, expired: true},
+		"unbound":   {user: agentSA, audiences: []string{"fleetrepair"}},
+		"other-sa":  {user: "system:serviceaccount:default:default", node: "n1", audiences: []string{"fleetrepair"}},
+	}
+	b := map[string]token{"good-b": {user: agentSA, node: "b1", audiences: []string{"fleetrepair"}}}
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	tr := &auth.TokenReview{Clusters: map[string]kubernetes.Interface{"a": fakeCluster(a, &callsA), "b": fakeCluster(b, &callsB)},
+		ServiceAccounts: []string{agentSA}, Now: func() time.Time { return now }}
+	ctx := context.Background()
+
+	tests := []struct {
+		name, token, cluster, node string
+		want                       error
+	}{
+		{"valid token for its own node", "good-n1", "a", "n1", nil},
+		{"another node", "good-n1", "a", "n2", auth.ErrForbidden},
+		{"another cluster", "good-b", "a", "b1", auth.ErrUnauthenticated},
+		{"cluster not served", "good-n1", "zz", "n1", auth.ErrForbidden},
+		{"wrong audience", "wrong-aud", "a", "n1", auth.ErrUnauthenticated},
+		{"expired token", "expired", "a", "n1", auth.ErrUnauthenticated},
+		{"token not bound to a pod", "unbound", "a", "n1", auth.ErrForbidden},
+		{"not the agent service account", "other-sa", "a", "n1", auth.ErrForbidden},
+		{"no token", "", "a", "n1", auth.ErrUnauthenticated},
+		{"garbage", "garbage", "a", "n1", auth.ErrUnauthenticated},
+	}
+	for _, tc := range tests {
+		id, err := tr.Authenticate(ctx, tc.token, tc.cluster)
+		if err == nil {
+			err = auth.Authorize(id, tc.cluster, tc.node)
+		}
+		if tc.want == nil && err != nil || tc.want != nil && !errors.Is(err, tc.want) {
+			t.Errorf("%s: err = %v, want %v", tc.name, err, tc.want)
+		}
+	}
+	// A positive review is cached for its TTL, then asked again.
+	before := callsA.Load()
+	if _, err := tr.Authenticate(ctx, "good-n1", "a"); err != nil {
+		t.Fatal(err)
+	}
+	if callsA.Load() != before {
+		t.Fatal("a cached token was reviewed again within the TTL")
+	}
+	now = now.Add(time.Minute)
+	if _, err := tr.Authenticate(ctx, "good-n1", "a"); err != nil {
+		t.Fatal(err)
+	}
+	if callsA.Load() != before+1 {
+		t.Fatal("an expired cache entry was not reviewed again")
+	}
+}
+
+func TestStaticToken(t *testing.T) {
+	t.Parallel()
+	s := auth.StaticToken{Token: "s3cret"}
+	if id, err := s.Authenticate(context.Background(), "s3cret", "c1"); err != nil || auth.Authorize(id, "c1", "any-node") != nil {
+		t.Fatalf("static token rejected: %v", err)
+	}
+	if _, err := s.Authenticate(context.Background(), "nope", "c1"); !errors.Is(err, auth.ErrUnauthenticated) {
+		t.Fatalf("wrong token: %v", err)
+	}
+}

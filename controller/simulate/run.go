@@ -1,0 +1,962 @@
+// Package simulate replays a fleet scenario (docs/simulator.md) on a
+// simulated clock through fleetrepair's real policy code — the diagnosis
+// rules (controller/diagnose) and the cohort breakers (controller/breaker) —
+// plus an in-memory model of the repair ledger's policy, and through two
+// baselines implemented here: Karpenter's NodeRepair rule (repair after the
+// toleration unless more than 20% of the NodePool is unhealthy) and
+// NVSentinel's (pause when more than 50% of the GPU nodes became unhealthy
+// within 5 minutes). It reports trips, deletions, paused repairs and, per
+// policy, the healthy-cause nodes deleted, the broken nodes left unrepaired
+// and the time to repair lone failures; and it evaluates the scenario's
+// checkpoints against fleetrepair's run.
+//
+// It is pure apart from reading files (LoadFile): no wall clock, no
+// goroutines, deterministic for a given scenario and seed.
+package simulate
+
+import (
+	"fmt"
+	"hash/fnv"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/fleetrepair/fleetrepair/agent/finding"
+	"github.com/fleetrepair/fleetrepair/controller/breaker"
+	"github.com/fleetrepair/fleetrepair/controller/catalog"
+	"github.com/fleetrepair/fleetrepair/controller/diagnose"
+)
+
+// Policy names.
+const (
+	PolicyFleetRepair = "fleetrepair"
+	PolicyKarpenter   = "karpenter"
+	PolicyNVSentinel  = "nvsentinel"
+)
+
+// Baseline thresholds, as the tools document them.
+const (
+	karpenterUnhealthyFraction  = 0.20            // NodeRepair: no repair when > 20% of the NodePool is unhealthy
+	nvsentinelUnhealthyFraction = 0.50            // fault-quarantine breaker: > 50% of GPU nodes ...
+	nvsentinelWindow            = 5 * time.Minute // ... became unhealthy within 5 minutes
+	vendorToleration            = 10 * time.Minute
+	incidentGap                 = 30 * time.Minute // separates incidents on one GPU (checkpoint incidents_on_gpu)
+)
+
+// readinessConditions are vendor condition types that are healthy when
+// True; every other type is problem-style (bad when True). It mirrors the
+// polarity rule of controller/diagnose, which the baselines need to see a
+// vendor condition the way Karpenter does: any bad condition, whatever its
+// reason.
+var readinessConditions = map[string]bool{"Ready": true, "AcceleratedHardwareReady": true, "KernelReady": true,
+	"ContainerRuntimeReady": true, "StorageReady": true, "NetworkingReady": true}
+
+// Options configures Run.
+type Options struct {
+	// Engine is the diagnosis engine; nil means the default catalog.
+	Engine *diagnose.Engine
+	// Policies to replay; nil means all three, fleetrepair first.
+	// Checkpoints are evaluated on fleetrepair's run only.
+	Policies []string
+}
+
+// Run replays the scenario under each policy and evaluates its
+// checkpoints and expected outcome against fleetrepair's run.
+func Run(sc *Scenario, opts Options) (*Result, error) {
+	eng := opts.Engine
+	if eng == nil {
+		var err error
+		if eng, err = diagnose.New(diagnose.Options{}); err != nil {
+			return nil, fmt.Errorf("run scenario %s: %w", sc.Name, err)
+		}
+	}
+	policies := opts.Policies
+	if policies == nil {
+		policies = []string{PolicyFleetRepair, PolicyKarpenter, PolicyNVSentinel}
+	}
+	occ, err := expand(sc)
+	if err != nil {
+		return nil, fmt.Errorf("run scenario %s: %w", sc.Name, err)
+	}
+	res := &Result{Scenario: sc.Name, Pass: true}
+	for _, p := range policies {
+		r, err := newReplay(sc, p, eng, occ)
+		if err != nil {
+			return nil, fmt.Errorf("run scenario %s: %w", sc.Name, err)
+		}
+		r.run()
+		res.Nodes = len(r.nodes)
+		res.Duration = fmtOffset(r.end)
+		res.Policies = append(res.Policies, r.out)
+		if p == PolicyFleetRepair {
+			res.Checkpoints = r.checks
+			res.Halted = r.halted
+			res.Expectations = expectations(sc, r)
+		}
+	}
+	for _, c := range append(append([]Check(nil), res.Checkpoints...), res.Expectations...) {
+		switch c.Status {
+		case StatusFail:
+			res.Pass = false
+		case StatusUnevaluated:
+			res.Unevaluated = append(res.Unevaluated, c)
+			res.Pass = false
+		}
+	}
+	return res, nil
+}
+
+// occurrence is one step at one time.
+type occurrence struct {
+	at    time.Duration
+	step  *Step
+	n     int      // occurrence number of the step
+	nodes []string // background failures: the node picked
+}
+
+// expand lists every step occurrence (ranges repeated, background failures
+// drawn) in time order; steps at the same time keep file order.
+func expand(sc *Scenario) ([]occurrence, error) {
+	var occ []occurrence
+	for i := range sc.Timeline {
+		s := &sc.Timeline[i]
+		for n, t := range s.Times() {
+			occ = append(occ, occurrence{at: t, step: s, n: n})
+		}
+	}
+	end := sc.Parameters.End
+	for _, o := range occ {
+		end = max(end, o.at)
+	}
+	if len(sc.Background) > 0 {
+		nodes := buildNodes(sc)
+		for bi, b := range sc.Background {
+			var pool []string
+			for _, n := range nodes {
+				if b.Select.matches(n.name, n.attrs) {
+					pool = append(pool, n.name)
+				}
+			}
+			if len(pool) == 0 {
+				return nil, fmt.Errorf("background[%d] (%s): the select matches no node", bi, b.Name)
+			}
+			until := b.Until
+			if until < 0 {
+				until = end
+			}
+			step := &Step{Index: len(sc.Timeline) + bi, Kind: KindInject, Findings: b.Findings, Truth: b.Truth}
+			rng := rand.New(rand.NewPCG(sc.Seed, uint64(1000+bi)))
+			perSecond := b.PerNodePerDay * float64(len(pool)) / 86400
+			for t := b.From.Seconds(); ; {
+				t += rng.ExpFloat64() / perSecond
+				at := time.Duration(t) * time.Second
+				if at > until {
+					break
+				}
+				occ = append(occ, occurrence{at: at, step: step, nodes: []string{pool[rng.IntN(len(pool))]}})
+			}
+		}
+	}
+	sort.SliceStable(occ, func(i, j int) bool { return occ[i].at < occ[j].at })
+	return occ, nil
+}
+
+// simNode is one node slot. A replaced node keeps its slot (name and
+// attributes); its machine generation changes and its findings start over.
+type simNode struct {
+	name   string
+	attrs  map[string]string
+	joinAt time.Duration
+	joined bool
+	gen    int // machine generation: replacements
+	epoch  int // boot within the machine: reboots and GPU resets
+
+	findings     []finding.Finding
+	signalledSeq uint64
+	lastSignal   time.Time
+	diags        []diagnose.Diagnosis
+	head         diagnose.Diagnosis
+	vendorBad    bool
+	dirty        bool
+
+	// Repair model.
+	condSince   time.Time // toleration clock (fleetrepair) / unhealthy since (baselines)
+	state       string    // "", tolerating, awaiting_approval, held, budget
+	held        *Pause
+	everHeld    bool
+	deletions   int
+	monitorDown bool
+
+	// Ground truth since the last recovery or replacement.
+	truth       map[Truth]time.Time
+	brokenSince time.Time
+}
+
+func (n *simNode) bootID() string { return fmt.Sprintf("g%d-b%d", n.gen, n.epoch) }
+
+// Repair model states.
+const (
+	stateTolerating = "tolerating"
+	stateApproval   = "awaiting_approval" // recommended action not executable: on-call decides
+	stateHeld       = "held"              // held by a breaker (fleetrepair) or a baseline's rule
+	stateBudget     = "budget"            // held by the deletions-per-hour budget
+)
+
+type replay struct {
+	sc     *Scenario
+	policy string
+	eng    *diagnose.Engine
+	occ    []occurrence
+	end    time.Duration
+	t0     time.Time
+
+	nodes  []*simNode
+	byName map[string]*simNode
+	seq    uint64
+
+	bp         *breaker.Policy
+	fleet      *breaker.Fleet
+	fleetDirty bool
+	cohortKeys map[string]bool
+	bstate     breaker.State
+	signals    []breaker.Signal
+	deletedAt  []time.Time
+	nvTripped  bool
+
+	lastRevert time.Duration
+	reverted   bool
+	xidsAfter  map[int][]time.Duration // Xid -> injection offsets (for new_xidN_since_rollback)
+
+	checks []Check
+	halted []Halted
+	out    PolicyResult
+	ttrs   []time.Duration
+}
+
+func buildNodes(sc *Scenario) []*simNode {
+	var out []*simNode
+	for _, p := range sc.Fleet.NodePools {
+		n := 0
+		for _, z := range sortedKeys(p.Zones) {
+			group := map[string]int{}
+			for k := 0; k < p.Zones[z]; k++ {
+				n++
+				a := map[string]string{breaker.KeyCluster: sc.Fleet.Cluster, breaker.KeyNodePool: p.Name, breaker.KeyZone: z}
+				for k, v := range p.Attrs {
+					a[k] = v
+				}
+				for g, size := range p.Groups {
+					a[g] = fmt.Sprintf("%s-%s-%d", p.Name, z, group[g]/size+1)
+					group[g]++
+				}
+				out = append(out, &simNode{name: fmt.Sprintf("%s%d", p.Prefix, n), attrs: a, joinAt: p.JoinsAt,
+					truth: map[Truth]time.Time{}})
+			}
+		}
+	}
+	return out
+}
+
+func newReplay(sc *Scenario, policy string, eng *diagnose.Engine, occ []occurrence) (*replay, error) {
+	switch policy {
+	case PolicyFleetRepair, PolicyKarpenter, PolicyNVSentinel:
+	default:
+		return nil, fmt.Errorf("policy %q is not one of fleetrepair, karpenter, nvsentinel", policy)
+	}
+	r := &replay{sc: sc, policy: policy, eng: eng, occ: occ, t0: sc.T0, byName: map[string]*simNode{},
+		xidsAfter: map[int][]time.Duration{}, out: PolicyResult{Policy: policy}}
+	r.nodes = buildNodes(sc)
+	for _, n := range r.nodes {
+		if r.byName[n.name] != nil {
+			return nil, fmt.Errorf("node name %s is used twice (node_name_prefix)", n.name)
+		}
+		r.byName[n.name] = n
+	}
+	labels := append([]string(nil), sc.Parameters.Breaker.Labels...)
+	for _, p := range sc.Fleet.NodePools {
+		for _, g := range sortedKeys(p.Groups) {
+			if !slices.Contains(labels, g) {
+				labels = append(labels, g)
+			}
+		}
+	}
+	b := sc.Parameters.Breaker
+	bp, err := breaker.NewPolicy(breaker.Config{Labels: labels, Window: b.Window, CoolDown: b.CoolDown,
+		MinFailing: b.MinFailing, Alpha: b.Alpha, MinRateRatio: b.MinRateRatio, CeilingFraction: b.CeilingFraction})
+	if err != nil {
+		return nil, err
+	}
+	r.bp = bp
+	r.cohortKeys = map[string]bool{}
+	for _, k := range bp.Config().Keys() {
+		r.cohortKeys[k] = true
+	}
+	for _, s := range sc.Timeline {
+		for _, n := range s.Select.Nodes {
+			if r.byName[n] == nil {
+				return nil, fmt.Errorf("timeline[%d]: node %s is not in the fleet", s.Index, n)
+			}
+		}
+	}
+	r.end = sc.Parameters.End
+	for _, o := range occ {
+		r.end = max(r.end, o.at)
+	}
+	return r, nil
+}
+
+// run replays the timeline: at every step time and every tick, steps first
+// (file order), then the policy, then checkpoints.
+func (r *replay) run() {
+	tick := r.sc.Parameters.Tick
+	oi := 0
+	for t := time.Duration(0); ; {
+		now := r.t0.Add(t)
+		r.join(t)
+		var checkpoints []occurrence
+		for ; oi < len(r.occ) && r.occ[oi].at == t; oi++ {
+			o := r.occ[oi]
+			if o.step.Kind == KindCheckpoint {
+				checkpoints = append(checkpoints, o)
+				continue
+			}
+			r.apply(o, now)
+		}
+		r.policyStep(t, now)
+		for _, o := range checkpoints {
+			r.checkpoint(o, now)
+		}
+		if t >= r.end {
+			break
+		}
+		next := min((t/tick+1)*tick, r.end)
+		if oi < len(r.occ) {
+			next = min(next, r.occ[oi].at)
+		}
+		t = next
+	}
+	r.finish()
+}
+
+func (r *replay) join(t time.Duration) {
+	for _, n := range r.nodes {
+		if !n.joined && n.joinAt <= t {
+			n.joined = true
+			r.fleetDirty = true
+		}
+	}
+}
+
+// stepRNG returns the random source of one step occurrence: selections do
+// not depend on what other steps drew, so every policy sees the same picks.
+func (r *replay) stepRNG(o occurrence) *rand.Rand {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%d/%d", o.step.Index, o.n)
+	return rand.New(rand.NewPCG(r.sc.Seed, h.Sum64()))
+}
+
+func (s Selector) matches(name string, attrs map[string]string) bool {
+	if len(s.Nodes) > 0 && !slices.Contains(s.Nodes, name) {
+		return false
+	}
+	for k, vs := range s.Attrs {
+		if !slices.Contains(vs, attrs[k]) {
+			return false
+		}
+	}
+	return true
+}
+
+// selectNodes returns the joined nodes a step picks, in fleet order.
+func (r *replay) selectNodes(o occurrence) []*simNode {
+	if o.nodes != nil {
+		var out []*simNode
+		for _, name := range o.nodes {
+			if n := r.byName[name]; n != nil && n.joined {
+				out = append(out, n)
+			}
+		}
+		return out
+	}
+	var match []int
+	for i, n := range r.nodes {
+		if n.joined && o.step.Select.matches(n.name, n.attrs) {
+			match = append(match, i)
+		}
+	}
+	c := o.step.Select.Count
+	want := len(match)
+	switch {
+	case c.All:
+	case c.Percent > 0:
+		want = int(math.Round(c.Percent / 100 * float64(len(match))))
+	default:
+		want = min(c.N, len(match))
+	}
+	if want < len(match) {
+		rng := r.stepRNG(o)
+		rng.Shuffle(len(match), func(i, j int) { match[i], match[j] = match[j], match[i] })
+		match = match[:want]
+		sort.Ints(match)
+	}
+	out := make([]*simNode, len(match))
+	for i, m := range match {
+		out[i] = r.nodes[m]
+	}
+	return out
+}
+
+func (r *replay) apply(o occurrence, now time.Time) {
+	s := o.step
+	switch s.Kind {
+	case KindInject:
+		truth := s.Truth
+		for _, n := range r.selectNodes(o) {
+			t := truth
+			if t == "" {
+				t = r.inferTruth(s, n)
+			}
+			r.inject(n, s.Findings, t, o.at, now)
+		}
+	case KindChange:
+		r.change(o, now)
+	case KindRecover:
+		for _, n := range r.selectNodes(o) {
+			r.recover(n, s.Method, o.at)
+		}
+	case KindResume:
+		if r.policy != PolicyFleetRepair {
+			return
+		}
+		st, d, err := breaker.Resume(r.bstate, s.Cohort, s.Actor, "resumed by the scenario", now)
+		if err != nil {
+			r.out.Notes = append(r.out.Notes, fmt.Sprintf("%s: %v", fmtOffset(o.at), err))
+			return
+		}
+		r.bstate = st
+		r.recordDecision(d, o.at)
+	}
+}
+
+// inferTruth gives an inject step without an explicit truth its ground
+// truth: a step that selects by attribute (a zone, a driver version, a
+// monitoring image) models a shared cause; one that names its nodes models
+// the node's own fault when the findings alone make a hardware condition,
+// and a false alarm otherwise.
+func (r *replay) inferTruth(s *Step, n *simNode) Truth {
+	if len(s.Select.Nodes) == 0 || len(s.Select.Attrs) > 0 {
+		return TruthShared
+	}
+	fs := make([]finding.Finding, 0, len(s.Findings))
+	for i, spec := range s.Findings {
+		fs = append(fs, toFinding(spec, n.name, "", r.t0, uint64(i+1)))
+	}
+	h := diagnose.Headline(r.eng.Diagnose(diagnose.Input{Node: n.name, Findings: fs, Now: r.t0}))
+	if h.Severity == catalog.SeverityCondition && hardwareClass(h.FaultClass) {
+		return TruthBroken
+	}
+	return TruthHealthy
+}
+
+// hardwareClass reports whether a fault class is accelerated hardware.
+func hardwareClass(c string) bool {
+	switch c {
+	case "gpu-lost", "pcie", "memory-uncorrectable", "nvlink", "gpu-hang", "gpu-firmware":
+		return true
+	}
+	return false
+}
+
+// toFinding turns a scenario finding (keys as in expected.yaml) into the
+// wire type.
+func toFinding(spec map[string]any, node, boot string, at time.Time, seq uint64) finding.Finding {
+	f := finding.Finding{Node: node, BootID: boot, Time: at, Seq: seq, Count: 1}
+	for k, v := range spec {
+		switch k {
+		case "detector":
+			f.Detector = fmt.Sprint(v)
+		case "gpu_pci":
+			if v != nil {
+				f.GPUPCI = fmt.Sprint(v)
+			}
+		case "device_pci":
+			f.DevicePCI = fmt.Sprint(v)
+		case "xid":
+			if x, ok := v.(float64); ok {
+				f.Xid = int(x)
+			}
+		case "count":
+			if x, ok := v.(float64); ok && x >= 1 {
+				f.Count = int(x)
+			}
+		default:
+			if f.Attrs == nil {
+				f.Attrs = map[string]string{}
+			}
+			s, err := scalar(v)
+			if err != nil {
+				s = fmt.Sprint(v)
+			}
+			f.Attrs[k] = s
+		}
+	}
+	f.Evidence = []string{fmt.Sprintf("simulated %s finding %d", f.Detector, seq)}
+	f.ID = finding.NewID(f)
+	return f
+}
+
+func (r *replay) inject(n *simNode, specs []map[string]any, t Truth, at time.Duration, now time.Time) {
+	for _, spec := range specs {
+		r.seq++
+		f := toFinding(spec, n.name, n.bootID(), now, r.seq)
+		n.findings = append(n.findings, f)
+		if f.Detector == finding.DetectorXid {
+			r.xidsAfter[f.Xid] = append(r.xidsAfter[f.Xid], at)
+		}
+	}
+	n.dirty = true
+	if _, ok := n.truth[t]; !ok {
+		n.truth[t] = now
+	}
+	if t == TruthBroken && n.brokenSince.IsZero() {
+		n.brokenSince = now
+	}
+}
+
+func (r *replay) change(o occurrence, now time.Time) {
+	s := o.step
+	var halted []string
+	for _, n := range r.selectNodes(o) {
+		if r.policy == PolicyFleetRepair && r.sc.Parameters.HaltRollouts {
+			if c := r.haltingBreaker(s.Set); c != "" {
+				halted = append(halted, n.name)
+				continue
+			}
+		}
+		cohortChanged := false
+		for k, v := range s.Set {
+			old := n.attrs[k]
+			if old == v {
+				continue
+			}
+			if r.cohortKeys[k] {
+				cohortChanged = true
+			}
+			if n.attrs["prev/"+k+"="+v] != "" {
+				r.lastRevert, r.reverted = o.at, true
+			}
+			n.attrs["prev/"+k+"="+old] = "1"
+			n.attrs[k] = v
+		}
+		if cohortChanged {
+			// Signals describe the node's old configuration.
+			r.dropSignals(n.name)
+			r.fleetDirty = true
+		}
+	}
+	if len(halted) > 0 {
+		r.halted = append(r.halted, Halted{At: fmtOffset(o.at), Set: s.Set, Breaker: r.haltingBreaker(s.Set),
+			Nodes: len(halted)})
+	}
+}
+
+// haltingBreaker returns the open breaker that halts a rollout of set.
+func (r *replay) haltingBreaker(set map[string]string) string {
+	for _, k := range sortedKeys(set) {
+		name := breaker.Cohort{Key: k, Value: set[k]}.String()
+		if b, ok := r.bstate.Cohorts[name]; ok && b.HaltRollout {
+			return name
+		}
+	}
+	return ""
+}
+
+func (r *replay) dropSignals(node string) {
+	r.signals = slices.DeleteFunc(r.signals, func(s breaker.Signal) bool { return s.Node == node })
+}
+
+func (r *replay) recover(n *simNode, method string, at time.Duration) {
+	switch method {
+	case MethodReboot, MethodResetGPU:
+		n.epoch++
+	case MethodDCGMReachable:
+		n.findings = slices.DeleteFunc(n.findings, func(f finding.Finding) bool {
+			return f.Detector == finding.DetectorMonitoring && f.BootID == n.bootID()
+		})
+		n.dirty = true
+		return // the GPUs were never at fault: ground truth unchanged
+	case MethodReplace:
+		r.replace(n)
+	case MethodClear:
+		boot := n.bootID()
+		n.findings = slices.DeleteFunc(n.findings, func(f finding.Finding) bool { return f.BootID == boot })
+	}
+	n.dirty = true
+	if _, broken := n.truth[TruthBroken]; broken {
+		r.ttrs = append(r.ttrs, r.t0.Add(at).Sub(n.brokenSince))
+		r.out.Recovered = append(r.out.Recovered, Repaired{Node: n.name, At: fmtOffset(at), Method: method,
+			TimeToRepair: fmtOffset(r.t0.Add(at).Sub(n.brokenSince))})
+	}
+	clear(n.truth)
+	n.brokenSince = time.Time{}
+}
+
+// replace models Karpenter replacing the node: a fresh machine in the same
+// slot, with the same attributes.
+func (r *replay) replace(n *simNode) {
+	n.gen++
+	n.epoch = 0
+	n.findings, n.diags = nil, nil
+	n.head = diagnose.Headline(nil)
+	n.vendorBad, n.dirty = false, false
+	n.condSince, n.state, n.held = time.Time{}, "", nil
+	n.signalledSeq, n.lastSignal = 0, time.Time{}
+	r.dropSignals(n.name)
+}
+
+// diagnose re-runs the real rules on a node whose findings changed and
+// extracts its new fault signals.
+func (r *replay) diagnose(n *simNode, now time.Time) {
+	n.dirty = false
+	n.diags = r.eng.Diagnose(diagnose.Input{Node: n.name, BootID: n.bootID(), Findings: n.findings, Now: now})
+	n.head = diagnose.Headline(n.diags)
+	newest := n.signalledSeq
+	fresh := map[string]finding.Finding{}
+	for _, f := range n.findings {
+		if f.Seq > n.signalledSeq {
+			fresh[f.ID] = f
+			newest = max(newest, f.Seq)
+		}
+	}
+	n.monitorDown = false
+	for _, d := range n.diags {
+		if d.FaultClass == "monitoring-plane" {
+			n.monitorDown = true
+		}
+		if d.FaultClass == "none" || d.Severity == catalog.SeverityNone {
+			continue
+		}
+		for _, id := range d.FindingIDs {
+			if f, ok := fresh[id]; ok && !f.Time.Equal(n.lastSignal) {
+				r.signals = append(r.signals, breaker.Signal{Node: n.name, At: f.Time})
+				n.lastSignal = f.Time
+			}
+		}
+	}
+	n.signalledSeq = newest
+	// The vendor agent's view: the newest condition of each type in this boot.
+	latest := map[string]finding.Finding{}
+	for _, f := range n.findings {
+		if f.Detector == finding.DetectorNodeCondition && f.BootID == n.bootID() {
+			latest[f.Attr("type")] = f
+		}
+	}
+	n.vendorBad = false
+	for typ, f := range latest {
+		st := f.Attr("status")
+		if readinessConditions[typ] && st == "False" || !readinessConditions[typ] && st == "True" {
+			n.vendorBad = true
+		}
+	}
+}
+
+// unhealthy is the node's health as the policy sees it: fleetrepair acts on
+// its own condition-severity diagnoses; the baselines act on any bad
+// NodeCondition, which includes a vendor agent's (Karpenter's NodeRepair
+// watches AcceleratedHardwareReady whatever its reason).
+func (r *replay) unhealthy(n *simNode) bool {
+	cond := n.head.Severity == catalog.SeverityCondition
+	if r.policy == PolicyFleetRepair {
+		return cond
+	}
+	return cond || n.vendorBad
+}
+
+func (r *replay) toleration(n *simNode) time.Duration {
+	if d := r.sc.Parameters.RepairToleration; d > 0 {
+		return d
+	}
+	if n.head.Severity == catalog.SeverityCondition {
+		return n.head.Toleration()
+	}
+	return vendorToleration
+}
+
+func (r *replay) policyStep(t time.Duration, now time.Time) {
+	for _, n := range r.nodes {
+		if n.joined && n.dirty {
+			r.diagnose(n, now)
+		}
+	}
+	var candidates []*simNode
+	for _, n := range r.nodes {
+		if !n.joined {
+			continue
+		}
+		if !r.unhealthy(n) {
+			if !n.condSince.IsZero() {
+				r.endPause(n, t, "resolved: the condition cleared")
+				n.condSince, n.state = time.Time{}, ""
+			}
+			continue
+		}
+		if n.condSince.IsZero() {
+			n.condSince, n.state, n.everHeld = now, stateTolerating, false
+		}
+		candidates = append(candidates, n)
+	}
+	sort.SliceStable(candidates, func(i, j int) bool { return candidates[i].condSince.Before(candidates[j].condSince) })
+	switch r.policy {
+	case PolicyFleetRepair:
+		r.fleetRepairStep(t, now, candidates)
+	case PolicyKarpenter:
+		r.karpenterStep(t, now, candidates)
+	case PolicyNVSentinel:
+		r.nvsentinelStep(t, now, candidates)
+	}
+}
+
+// fleetRepairStep is fleetrepair's policy: the breakers on every fault
+// signal, then per unhealthy node the ledger's rules (controller/repair):
+// toleration clock from the first condition diagnosis, not reset by reason
+// changes; recommended replace -> delete, unless a breaker holds it;
+// recommended reset-gpu or reboot -> awaiting approval; the deletions per
+// hour budget. An escalated diagnosis (the fault returned after its remedy)
+// does not wait out a toleration again.
+func (r *replay) fleetRepairStep(t time.Duration, now time.Time, candidates []*simNode) {
+	if r.fleetDirty || r.fleet == nil {
+		var ns []breaker.Node
+		for _, n := range r.nodes {
+			if n.joined {
+				ns = append(ns, breaker.Node{Name: n.name, Attrs: n.attrs})
+			}
+		}
+		r.fleet = r.bp.Fleet(ns)
+		r.fleetDirty = false
+	}
+	horizon := now.Add(-2 * r.bp.Config().Window)
+	r.signals = slices.DeleteFunc(r.signals, func(s breaker.Signal) bool { return s.At.Before(horizon) })
+	var ds []breaker.Decision
+	r.bstate, ds = r.bp.Evaluate(now, r.fleet, r.signals, r.bstate)
+	for _, d := range ds {
+		r.recordDecision(d, t)
+	}
+	for _, n := range candidates {
+		if n.state == stateApproval {
+			continue // on-call decides; resolved when the evidence clears
+		}
+		if !n.head.Escalated && now.Before(n.condSince.Add(r.toleration(n))) {
+			continue
+		}
+		if n.head.Action != catalog.ActionReplace {
+			n.state = stateApproval
+			r.out.AwaitingApproval = append(r.out.AwaitingApproval, Approval{Node: n.name, At: fmtOffset(t),
+				Reason: n.head.Reason, Action: string(n.head.Action)})
+			continue
+		}
+		if ok, why := breaker.Allows(r.bstate, breaker.Node{Name: n.name, Attrs: n.attrs}); !ok {
+			r.hold(n, t, why)
+			continue
+		}
+		hour := now.Add(-time.Hour)
+		r.deletedAt = slices.DeleteFunc(r.deletedAt, func(x time.Time) bool { return !x.After(hour) })
+		if len(r.deletedAt) >= r.sc.Parameters.DeletionsPerHour {
+			r.hold(n, t, fmt.Sprintf("deletions budget: %d per hour used", r.sc.Parameters.DeletionsPerHour))
+			n.state = stateBudget
+			continue
+		}
+		r.deletedAt = append(r.deletedAt, now)
+		r.delete(n, t, now)
+	}
+}
+
+// karpenterStep is Karpenter's NodeRepair rule: a node whose condition has
+// outlasted its toleration is replaced unless more than 20% of its NodePool
+// is unhealthy, in which case the repair is blocked (NodeRepairBlocked).
+func (r *replay) karpenterStep(t time.Duration, now time.Time, candidates []*simNode) {
+	total, bad := map[string]int{}, map[string]int{}
+	for _, n := range r.nodes {
+		if n.joined {
+			total[n.attrs[breaker.KeyNodePool]]++
+		}
+	}
+	for _, n := range candidates {
+		bad[n.attrs[breaker.KeyNodePool]]++
+	}
+	for _, n := range candidates {
+		if now.Before(n.condSince.Add(r.toleration(n))) {
+			continue
+		}
+		pool := n.attrs[breaker.KeyNodePool]
+		if float64(bad[pool]) > karpenterUnhealthyFraction*float64(total[pool]) {
+			r.hold(n, t, fmt.Sprintf("NodeRepairBlocked: %d of %d nodes in NodePool %s unhealthy (> 20%%)", bad[pool], total[pool], pool))
+			continue
+		}
+		r.delete(n, t, now)
+	}
+}
+
+// nvsentinelStep is NVSentinel's rule: when more than 50% of the GPU nodes
+// became unhealthy within 5 minutes the breaker trips and stays tripped
+// until a human resets it (none does in the simulation); otherwise a node
+// is remediated after the toleration.
+func (r *replay) nvsentinelStep(t time.Duration, now time.Time, candidates []*simNode) {
+	total, recent := 0, 0
+	for _, n := range r.nodes {
+		if n.joined {
+			total++
+		}
+	}
+	for _, n := range candidates {
+		if now.Sub(n.condSince) <= nvsentinelWindow {
+			recent++
+		}
+	}
+	if !r.nvTripped && float64(recent) > nvsentinelUnhealthyFraction*float64(total) {
+		r.nvTripped = true
+		r.out.Trips = append(r.out.Trips, Trip{At: fmtOffset(t), Cohort: "fleet", Change: "open",
+			Message: fmt.Sprintf("%d of %d GPU nodes became unhealthy within 5m (> 50%%)", recent, total)})
+	}
+	for _, n := range candidates {
+		if now.Before(n.condSince.Add(r.toleration(n))) {
+			continue
+		}
+		if r.nvTripped {
+			r.hold(n, t, "circuit breaker tripped (> 50% of GPU nodes unhealthy within 5m)")
+			continue
+		}
+		r.delete(n, t, now)
+	}
+}
+
+func (r *replay) recordDecision(d breaker.Decision, t time.Duration) {
+	change := string(d.To)
+	r.out.Trips = append(r.out.Trips, Trip{At: fmtOffset(t), Cohort: d.Cohort, Change: change, Cause: string(d.Cause),
+		Message: d.Message, Evidence: &d.Evidence})
+}
+
+func (r *replay) hold(n *simNode, t time.Duration, why string) {
+	if n.held != nil {
+		return
+	}
+	n.state = stateHeld
+	r.out.Paused = append(r.out.Paused, Pause{Node: n.name, Since: fmtOffset(t), By: why})
+	n.held = &r.out.Paused[len(r.out.Paused)-1]
+	n.heldIdx = len(r.out.Paused) - 1
+	if !n.everHeld {
+		n.everHeld = true
+		r.out.Summary.RepairsHeld++
+	}
+}
+
+func (r *replay) endPause(n *simNode, t time.Duration, outcome string) {
+	if n.held == nil {
+		return
+	}
+	p := &r.out.Paused[n.heldIdx]
+	p.Until, p.Outcome = fmtOffset(t), outcome
+	n.held = nil
+}
+
+func (r *replay) delete(n *simNode, t time.Duration, now time.Time) {
+	r.endPause(n, t, "deleted after the hold ended")
+	truth := "no-fault"
+	switch {
+	case hasTruth(n, TruthBroken):
+		truth = string(TruthBroken)
+		r.ttrs = append(r.ttrs, now.Sub(n.brokenSince))
+	case hasTruth(n, TruthShared):
+		truth = string(TruthShared)
+		r.out.Summary.SharedCauseDeleted++
+	default:
+		r.out.Summary.NoFaultDeleted++
+	}
+	d := Deletion{Node: n.name, At: fmtOffset(t), Reason: n.head.Reason, Action: string(n.head.Action), Truth: truth}
+	if d.Reason == "" || n.head.Severity != catalog.SeverityCondition {
+		d.Reason = "vendor NodeCondition"
+	}
+	if truth == string(TruthBroken) {
+		d.TimeToRepair = fmtOffset(now.Sub(n.brokenSince))
+	}
+	r.out.Deletions = append(r.out.Deletions, d)
+	n.deletions++
+	clear(n.truth)
+	n.brokenSince = time.Time{}
+	r.replace(n)
+}
+
+func hasTruth(n *simNode, t Truth) bool {
+	_, ok := n.truth[t]
+	return ok
+}
+
+func (r *replay) finish() {
+	end := fmtOffset(r.end)
+	for _, n := range r.nodes {
+		if n.held != nil {
+			r.endPause(n, r.end, "still held at the end")
+			r.out.Paused[len(r.out.Paused)-1].Until = end
+		}
+		if hasTruth(n, TruthBroken) {
+			r.out.Unrepaired = append(r.out.Unrepaired, Unrepaired{Node: n.name, BrokenSince: fmtOffset(n.brokenSince.Sub(r.t0)),
+				State: stateOrNone(n)})
+		}
+	}
+	s := &r.out.Summary
+	s.Deletions = len(r.out.Deletions)
+	s.HealthyCauseDeleted = s.SharedCauseDeleted + s.NoFaultDeleted
+	s.BrokenUnrepaired = len(r.out.Unrepaired)
+	s.LoneRepaired = len(r.ttrs)
+	if len(r.ttrs) > 0 {
+		var sum time.Duration
+		for _, d := range r.ttrs {
+			sum += d
+			s.LoneTTRMaxSeconds = max(s.LoneTTRMaxSeconds, d.Seconds())
+		}
+		s.LoneTTRMeanSeconds = math.Round(sum.Seconds() / float64(len(r.ttrs)))
+	}
+	for _, tr := range r.out.Trips {
+		if tr.Change == "open" {
+			s.Trips++
+		}
+	}
+}
+
+func stateOrNone(n *simNode) string {
+	if n.state == "" {
+		return "healthy-looking"
+	}
+	return n.state
+}
+
+// fmtOffset prints an offset compactly: 90s -> "1m30s", 5m -> "5m",
+// 8d -> "192h".
+func fmtOffset(d time.Duration) string {
+	s := d.String()
+	if len(s) > 2 && s[len(s)-2:] == "0s" && s != "0s" {
+		s = s[:len(s)-2]
+		if len(s) > 2 && s[len(s)-2:] == "0m" && s[len(s)-3] >= '0' && s[len(s)-3] <= '9' && hasUnit(s[:len(s)-2], 'h') {
+			s = s[:len(s)-2]
+		}
+	}
+	return s
+}
+
+func hasUnit(s string, u byte) bool {
+	return len(s) > 0 && s[len(s)-1] == u
+}
+
+// offsetSeconds parses a fmtOffset result back (for tests and tables).
+func offsetSeconds(s string) float64 {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		if n, err := strconv.ParseFloat(s, 64); err == nil {
+			return n
+		}
+		return math.NaN()
+	}
+	return d.Seconds()
+}
