@@ -1,8 +1,10 @@
 // Package pipeline composes the node agent: a kernel-log source (the live
 // /dev/kmsg reader, or a file replayed for demos and tests) feeds the
-// detector, whose findings go to the uplink; the heartbeat carries the
-// facts the controller needs beyond findings (driver version, monitor
-// states, lost kernel records).
+// detector, whose findings go to the uplink; polled monitors (sysfs, NVML,
+// DCGM health, container runtime, kubelet) run from one scheduler
+// (agent/schedule) and pushed ones (DCGM policy violations) run on their
+// own; the heartbeat carries the facts the controller needs beyond findings
+// (driver version, GPU inventory, every monitor's state, lost kernel records).
 //
 // `fleetrepair-agent run` and the demo's in-process agents both run it, so
 // the demo exercises the same code as a node.
@@ -15,6 +17,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"sort"
 	"sync"
 	"time"
 
@@ -23,8 +26,19 @@ import (
 	"github.com/fleetrepair/fleetrepair/agent/detect"
 	"github.com/fleetrepair/fleetrepair/agent/finding"
 	"github.com/fleetrepair/fleetrepair/agent/kmsg"
+	"github.com/fleetrepair/fleetrepair/agent/schedule"
+	"github.com/fleetrepair/fleetrepair/agent/source"
 	"github.com/fleetrepair/fleetrepair/agent/uplink"
 )
+
+// Monitor is a polled monitor and its period.
+type Monitor struct {
+	Checker source.Checker
+	Every   time.Duration
+}
+
+// KernelLogMonitor is the kernel log's name in heartbeats.
+const KernelLogMonitor = "kernel-log"
 
 // Source produces kernel records until ctx ends or the input is exhausted.
 // It returns nil at the end of a finite input.
@@ -98,6 +112,11 @@ type Config struct {
 	Log         *slog.Logger
 	// OnFinding, when set, sees every finding before it is queued (demo output).
 	OnFinding func(finding.Finding)
+	// Monitors are polled by one scheduler; Pushers run until ctx ends.
+	Monitors []Monitor
+	Pushers  []source.Pusher
+	// Schedule configures the scheduler (Node defaults to Detector.Node).
+	Schedule schedule.Options
 }
 
 // Run reads the source, detects, and sends until ctx ends. A finite source
@@ -123,17 +142,11 @@ func Run(ctx context.Context, cfg Config) error {
 		return cfg.Source.Run(ctx, recs)
 	})
 
-	var mu sync.Mutex
-	hb := finding.Heartbeat{Monitors: []finding.MonitorState{{Name: "kernel-log", State: finding.StateOK, Since: time.Now()}}}
+	st := newState(cfg.Uplink)
 	send := func(fs []finding.Finding) {
 		for _, f := range fs {
 			if f.Detector == finding.DetectorDriverVersion {
-				mu.Lock()
-				if v := f.Attr(finding.AttrValue); v != "" && v != hb.DriverVersion {
-					hb.DriverVersion = v
-					cfg.Uplink.SetHeartbeat(hb)
-				}
-				mu.Unlock()
+				st.driverFromKernel(f.Attr(finding.AttrValue))
 			}
 			if cfg.OnFinding != nil {
 				cfg.OnFinding(f)
@@ -141,7 +154,39 @@ func Run(ctx context.Context, cfg Config) error {
 			cfg.Uplink.Enqueue(f)
 		}
 	}
-	cfg.Uplink.SetHeartbeat(hb)
+	// apply takes one monitor result: state, inventory, findings.
+	apply := func(name string, r source.Result) {
+		st.apply(name, r)
+		fs := make([]finding.Finding, 0, len(r.Findings))
+		for _, f := range r.Findings {
+			fs = append(fs, detect.Stamp(f, cfg.Detector.Node, cfg.Detector.BootID))
+		}
+		send(fs)
+	}
+	st.apply(KernelLogMonitor, source.Result{State: finding.StateOK})
+	for _, m := range cfg.Monitors {
+		st.apply(m.Checker.Name(), source.Result{State: finding.StateUnknown, Reason: "not checked yet"})
+	}
+	if len(cfg.Monitors) > 0 {
+		sopts := cfg.Schedule
+		if sopts.Node == "" {
+			sopts.Node = cfg.Detector.Node
+		}
+		jobs := make([]schedule.Job, 0, len(cfg.Monitors))
+		for _, m := range cfg.Monitors {
+			c := m.Checker
+			jobs = append(jobs, schedule.Job{Name: c.Name(), Every: m.Every, Run: func(ctx context.Context) { apply(c.Name(), c.Check(ctx)) }})
+		}
+		sched, err := schedule.New(sopts, jobs...)
+		if err != nil {
+			return fmt.Errorf("run agent pipeline: %w", err)
+		}
+		g.Go(func() error { return sched.Run(ctx) })
+	}
+	for _, p := range cfg.Pushers {
+		st.apply(p.Name(), source.Result{State: finding.StateUnknown, Reason: "not connected yet"})
+		g.Go(func() error { return p.Run(ctx, func(r source.Result) { apply(p.Name(), r) }) })
+	}
 	g.Go(func() error {
 		t := time.NewTicker(cfg.ExpireEvery)
 		defer t.Stop()
@@ -164,15 +209,94 @@ func Run(ctx context.Context, cfg Config) error {
 			case <-t.C:
 				send(det.Expire(time.Now()))
 				if lc, ok := cfg.Source.(LostCounter); ok {
-					mu.Lock()
-					if n := lc.Lost(); n != hb.LostRecords {
-						hb.LostRecords = n
-						cfg.Uplink.SetHeartbeat(hb)
-					}
-					mu.Unlock()
+					st.lost(lc.Lost())
 				}
 			}
 		}
 	})
 	return g.Wait()
+}
+
+// state is the heartbeat the pipeline maintains: every monitor's state
+// (Since changes only when the state does), the GPU inventory (NVML's when
+// it has one, else sysfs's), the driver version (NVML's, else the kernel
+// banner's) and the lost kernel records. Every change is handed to the
+// uplink at once.
+type state struct {
+	mu        sync.Mutex
+	up        *uplink.Uplink
+	monitors  map[string]finding.MonitorState
+	gpus      map[string][]finding.GPU
+	driver    string // from a monitor (NVML)
+	kernelDrv string // from the kernel log banner
+	lostRecs  uint64
+}
+
+func newState(up *uplink.Uplink) *state {
+	return &state{up: up, monitors: map[string]finding.MonitorState{}, gpus: map[string][]finding.GPU{}}
+}
+
+func (s *state) apply(name string, r source.Result) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	changed := false
+	if r.State != "" {
+		old, ok := s.monitors[name]
+		if !ok || old.State != r.State || old.Reason != r.Reason {
+			since := old.Since
+			if !ok || old.State != r.State {
+				since = time.Now().UTC()
+			}
+			s.monitors[name] = finding.MonitorState{Name: name, State: r.State, Since: since, Reason: r.Reason}
+			changed = true
+		}
+	}
+	if r.GPUs != nil {
+		s.gpus[name] = r.GPUs
+		changed = true
+	}
+	if r.DriverVersion != "" && r.DriverVersion != s.driver {
+		s.driver, changed = r.DriverVersion, true
+	}
+	if changed {
+		s.publish()
+	}
+}
+
+func (s *state) driverFromKernel(v string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if v != "" && v != s.kernelDrv {
+		s.kernelDrv = v
+		s.publish()
+	}
+}
+
+func (s *state) lost(n uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n != s.lostRecs {
+		s.lostRecs = n
+		s.publish()
+	}
+}
+
+// publish hands the heartbeat to the uplink; s.mu is held.
+func (s *state) publish() {
+	hb := finding.Heartbeat{DriverVersion: s.driver, LostRecords: s.lostRecs}
+	if hb.DriverVersion == "" {
+		hb.DriverVersion = s.kernelDrv
+	}
+	for _, m := range s.monitors {
+		hb.Monitors = append(hb.Monitors, m)
+	}
+	sort.Slice(hb.Monitors, func(i, j int) bool { return hb.Monitors[i].Name < hb.Monitors[j].Name })
+	for _, src := range []string{"nvml", "sysfs-gpu"} {
+		if g := s.gpus[src]; len(g) > 0 {
+			hb.GPUs = g
+			break
+		}
+	}
+	hb.GPUCount = len(hb.GPUs)
+	s.up.SetHeartbeat(hb)
 }

@@ -9,8 +9,10 @@
 //     with different periods from locking together;
 //   - two wake-ups of one node are at least MinSpacing apart: one job runs
 //     per wake-up, never a batch;
-//   - at most MaxConcurrent jobs run at once, and a job still running when
-//     its next period comes is skipped (counted), not stacked.
+//   - at most MaxConcurrent jobs run at once; a job whose period comes while
+//     it is still running, or while MaxConcurrent jobs run, is skipped for
+//     that period (counted in Stats), never queued: a hung driver call cannot
+//     make work pile up.
 //
 // Pushed sources (the kernel log, DCGM policy violations) are not jobs here:
 // they are not polled.
@@ -65,7 +67,7 @@ type Options struct {
 // Stats are a Scheduler's counters.
 type Stats struct {
 	Runs    map[string]uint64 // runs started, by job
-	Skipped map[string]uint64 // periods skipped because the job was still running
+	Skipped map[string]uint64 // periods skipped: the job was still running, or MaxConcurrent were
 }
 
 // Scheduler runs Jobs. Build it with New, then call Run once.
@@ -212,9 +214,10 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		}
 		select {
 		case sem <- struct{}{}:
-		case <-ctx.Done():
+		default: // MaxConcurrent jobs are running: skip this period rather than queue
 			j.running.Store(false)
-			return nil
+			s.count(s.stats.Skipped, j.Name)
+			continue
 		}
 		s.count(s.stats.Runs, j.Name)
 		wg.Add(1)

@@ -20,6 +20,15 @@ import (
 	"github.com/fleetrepair/fleetrepair/agent/detect"
 	"github.com/fleetrepair/fleetrepair/agent/kmsg"
 	"github.com/fleetrepair/fleetrepair/agent/pipeline"
+	"github.com/fleetrepair/fleetrepair/agent/schedule"
+	"github.com/fleetrepair/fleetrepair/agent/source"
+	"github.com/fleetrepair/fleetrepair/agent/source/cri"
+	"github.com/fleetrepair/fleetrepair/agent/source/dcgm"
+	"github.com/fleetrepair/fleetrepair/agent/source/hostroot"
+	"github.com/fleetrepair/fleetrepair/agent/source/kubelet"
+	"github.com/fleetrepair/fleetrepair/agent/source/nvml"
+	"github.com/fleetrepair/fleetrepair/agent/source/procfs"
+	"github.com/fleetrepair/fleetrepair/agent/source/sysfs"
 	"github.com/fleetrepair/fleetrepair/agent/uplink"
 )
 
@@ -35,6 +44,12 @@ type runOptions struct {
 	bootID, bootIDFile                          string
 	listen, rulesFile, spoolDir                 string
 	flushInterval, heartbeatInterval            time.Duration
+
+	hostRoot, instanceType, dcgmAddress     string
+	criSocket, kubeletHealthz               string
+	expectedGPUs                            int
+	monitorInterval                         time.Duration
+	noNVML, noDCGM, noSysfs, noStuckProcess bool
 }
 
 func newRunCmd(s streams) *cobra.Command {
@@ -44,8 +59,13 @@ func newRunCmd(s streams) *cobra.Command {
 		Short: "Run the agent: read the kernel log, detect faults, report findings to the controller",
 		Long: `Run the node agent. It reads /dev/kmsg (or replays a file with --replay),
 turns kernel records into findings and sends them to the controller in batches;
-critical findings (a GPU off the bus, a fatal AER) are sent at once. It serves
-/metrics and /livez on --listen. Every flag has an environment fallback.`,
+critical findings (a GPU off the bus, a fatal AER) are sent at once. Every
+--monitor-interval, from one scheduler whose phases are hashed from the node
+name, it checks the GPUs on the PCI bus (sysfs), NVML, DCGM health, the
+container runtime (CRI), the kubelet and stuck GPU processes; DCGM policy
+violations are pushed. The heartbeat carries every monitor's state
+(ok|failing|unknown|absent), the driver version and the GPU inventory. It
+serves /metrics and /livez on --listen.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runAgent(cmd.Context(), o, s) },
 	}
@@ -67,7 +87,62 @@ critical findings (a GPU off the bus, a fatal AER) are sent at once. It serves
 	f.StringVar(&o.spoolDir, "spool-dir", "", "directory for the on-disk spool that survives restarts (empty: memory only)")
 	f.DurationVar(&o.flushInterval, "flush-interval", uplink.DefaultFlushInterval, "longest wait before a non-critical finding is sent")
 	f.DurationVar(&o.heartbeatInterval, "heartbeat-interval", uplink.DefaultHeartbeatInterval, "longest time between two reports")
+	f.StringVar(&o.hostRoot, "host-root", envOr("FLEETREPAIR_HOST_ROOT", "/"), "where the host's / is mounted (/sys, /proc, /run are read below it)")
+	f.IntVar(&o.expectedGPUs, "expected-gpus", 0, "GPUs this node must have (0: from --instance-type or the DMI product name)")
+	f.StringVar(&o.instanceType, "instance-type", os.Getenv("FLEETREPAIR_INSTANCE_TYPE"), "instance type for the expected GPU count (default: DMI product name)")
+	f.DurationVar(&o.monitorInterval, "monitor-interval", time.Minute, "period of the polled monitors (sysfs, NVML, DCGM health, CRI, kubelet)")
+	f.BoolVar(&o.noSysfs, "no-sysfs", false, "disable the sysfs GPU count and AER monitor")
+	f.BoolVar(&o.noNVML, "no-nvml", false, "disable the NVML monitor")
+	f.BoolVar(&o.noDCGM, "no-dcgm", false, "disable the DCGM monitors")
+	f.BoolVar(&o.noStuckProcess, "no-stuck-process", false, "disable the stuck GPU process monitor")
+	f.StringVar(&o.dcgmAddress, "dcgm-address", "localhost:5555", "nv-hostengine address")
+	f.StringVar(&o.criSocket, "cri-socket", cri.DefaultSocket, "CRI socket of the container runtime, below --host-root (empty: no probe)")
+	f.StringVar(&o.kubeletHealthz, "kubelet-healthz", kubelet.DefaultURL, "kubelet health URL (empty: no probe)")
 	return cmd
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+// monitors builds the polled and pushed monitors from the options. A GPU is
+// expected when a count is configured or known for the instance type, or
+// when sysfs sees an NVIDIA GPU: then a missing NVML or DCGM library is a
+// monitoring-plane problem (unknown), else the monitor is absent.
+func monitors(o runOptions) ([]pipeline.Monitor, []source.Pusher, *sysfs.Source) {
+	root := hostroot.Root(o.hostRoot)
+	every := o.monitorInterval
+	var ms []pipeline.Monitor
+	var ps []source.Pusher
+	var sys *sysfs.Source
+	expect := o.expectedGPUs > 0
+	if !o.noSysfs {
+		sys = sysfs.New(sysfs.Options{Root: root, Expected: o.expectedGPUs, InstanceType: o.instanceType})
+		gpus, _ := sys.GPUs()
+		expect = expect || sys.Expected() > 0 || len(gpus) > 0
+		ms = append(ms, pipeline.Monitor{Checker: sys, Every: every})
+	}
+	if !o.noNVML {
+		ms = append(ms, pipeline.Monitor{Checker: nvml.New(nvml.Options{ExpectGPUs: expect}), Every: every})
+	}
+	if !o.noDCGM {
+		health, policy := dcgm.New(dcgm.Options{Address: o.dcgmAddress, ExpectGPUs: expect})
+		ms = append(ms, pipeline.Monitor{Checker: health, Every: every})
+		ps = append(ps, policy)
+	}
+	if o.criSocket != "" {
+		ms = append(ms, pipeline.Monitor{Checker: cri.New(cri.Options{Socket: root.Path(o.criSocket)}), Every: every})
+	}
+	if o.kubeletHealthz != "" {
+		ms = append(ms, pipeline.Monitor{Checker: kubelet.New(kubelet.Options{URL: o.kubeletHealthz}), Every: every})
+	}
+	if !o.noStuckProcess {
+		ms = append(ms, pipeline.Monitor{Checker: procfs.New(procfs.Options{Root: root}), Every: every})
+	}
+	return ms, ps, sys
 }
 
 func formatNames() string {
@@ -105,7 +180,14 @@ func runAgent(ctx context.Context, o runOptions, s streams) error {
 	if err != nil {
 		return usageError{err}
 	}
+	if o.monitorInterval <= 0 {
+		return usageError{fmt.Errorf("--monitor-interval must be positive, got %s", o.monitorInterval)}
+	}
+	ms, ps, sys := monitors(o)
 	dopts := detect.Options{Node: o.node, BootID: boot}
+	if sys != nil {
+		dopts.GPUBehindPort = sys.GPUBehindPort
+	}
 	if o.rulesFile != "" {
 		if dopts.Rules, err = detect.LoadRules(o.rulesFile); err != nil {
 			return usageError{err}
@@ -154,7 +236,8 @@ func runAgent(ctx context.Context, o runOptions, s streams) error {
 	}
 	log.Info("agent running", "controller", o.controller, "cluster", o.cluster, "boot_id", boot, "version", agentVersion)
 	g.Go(func() error {
-		return pipeline.Run(ctx, pipeline.Config{Source: src, Uplink: up, Detector: dopts, Log: log})
+		return pipeline.Run(ctx, pipeline.Config{Source: src, Uplink: up, Detector: dopts, Log: log,
+			Monitors: ms, Pushers: ps, Schedule: schedule.Options{Node: o.node}})
 	})
 	return g.Wait()
 }

@@ -25,6 +25,8 @@ func newControllerCmd() *cobra.Command {
 		o                                    runner.Options
 		clusters, agentSAs                   []string
 		agentAuth, agentToken, agentAudience string
+		leaderElect                          bool
+		leNamespace, leIdentity              string
 	)
 	cmd := &cobra.Command{
 		Use:   "controller",
@@ -59,6 +61,16 @@ for the cluster the controller runs in. Every flag has an environment fallback
 				o.Clusters[name], reviewers[name] = k, cs
 			}
 			o.Log = slog.New(slog.NewJSONHandler(os.Stderr, nil))
+			if leaderElect {
+				if leNamespace == "" {
+					return errors.New("--leader-elect needs --leader-elect-namespace (or POD_NAMESPACE)")
+				}
+				if leIdentity == "" {
+					h, _ := os.Hostname()
+					leIdentity = h
+				}
+				o.LeaderElection = &runner.LeaderElection{Clients: reviewers, Namespace: leNamespace, Identity: leIdentity}
+			}
 			switch agentAuth {
 			case "tokenreview":
 				o.Authenticator = &auth.TokenReview{Clusters: reviewers, Audience: agentAudience, ServiceAccounts: agentSAs}
@@ -88,6 +100,9 @@ for the cluster the controller runs in. Every flag has an environment fallback
 	f.DurationVar(&o.Toleration, "toleration", 0, "override every reason's toleration window (e.g. 30s for demos; 0 = catalog defaults: 10m accelerated hardware, 30m other)")
 	f.DurationVar(&o.Resync, "resync", 10*time.Second, "period of the pass over open repairs")
 	f.StringVar(&o.PolicyFile, "policy", envOr("FLEETREPAIR_POLICY", ""), "policy file with per-reason and per-NodePool overrides (toleration, action, disabled); see docs/policy.md")
+	f.BoolVar(&leaderElect, "leader-elect", envOr("FLEETREPAIR_LEADER_ELECT", "") == "true", "per-cluster leader election (Lease fleetrepair-controller) for background loops; run with it on when there is more than one replica")
+	f.StringVar(&leNamespace, "leader-elect-namespace", envOr("POD_NAMESPACE", ""), "namespace of the Lease in every cluster (env POD_NAMESPACE)")
+	f.StringVar(&leIdentity, "leader-elect-identity", envOr("POD_NAME", ""), "this replica's identity (env POD_NAME; default the host name)")
 	f.StringVar(&agentAuth, "agent-auth", envOr("FLEETREPAIR_AGENT_AUTH", "tokenreview"), "how agents authenticate: tokenreview (projected ServiceAccount tokens, validated against the agent's cluster), static (one shared token, demo/dev), none (insecure)")
 	f.StringVar(&agentToken, "agent-token", envOr("FLEETREPAIR_AGENT_TOKEN", ""), "the shared token of --agent-auth=static")
 	f.StringVar(&agentAudience, "agent-audience", auth.DefaultAudience, "audience agents' projected tokens must carry")

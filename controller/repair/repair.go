@@ -56,7 +56,17 @@ type Config struct {
 	Log *slog.Logger
 	// Registerer receives the reconciler's metrics (optional).
 	Registerer prometheus.Registerer
+	// Crash is fault injection for the HA tests: when it returns true at a
+	// named point ("after-begin-deletion", "after-delete-call") the
+	// reconciler stops right there, as a killed process would. Nil in
+	// production.
+	Crash func(point string) bool
 }
+
+// ErrCrashed is returned when Config.Crash stopped a reconcile.
+var ErrCrashed = errors.New("reconcile stopped by fault injection")
+
+func (r *Reconciler) crash(point string) bool { return r.cfg.Crash != nil && r.cfg.Crash(point) }
 
 // Reconciler drives diagnoses and repairs. Create it with New.
 type Reconciler struct {
@@ -66,6 +76,9 @@ type Reconciler struct {
 	mu      sync.Mutex
 	pending map[nodeKey]bool
 	wake    chan struct{}
+	// leading is nil when leader election is off (every cluster is ours);
+	// else the clusters whose Lease this replica holds.
+	leading map[string]bool
 
 	reconciles  *prometheus.CounterVec
 	deletions   *prometheus.CounterVec
@@ -109,6 +122,35 @@ func New(cfg Config) (*Reconciler, error) {
 	return r, nil
 }
 
+// UseLeaderElection makes the periodic pass skip clusters whose Lease this
+// replica does not hold (SetLeading). Reconciles triggered by ingest run on
+// every replica: the ledger's compare-and-set transitions keep them safe,
+// election only avoids duplicate background work (DESIGN.md, decision 7).
+func (r *Reconciler) UseLeaderElection() {
+	r.mu.Lock()
+	if r.leading == nil {
+		r.leading = map[string]bool{}
+	}
+	r.mu.Unlock()
+}
+
+// SetLeading records whether this replica leads cluster.
+func (r *Reconciler) SetLeading(cluster string, leading bool) {
+	r.mu.Lock()
+	if r.leading == nil {
+		r.leading = map[string]bool{}
+	}
+	r.leading[cluster] = leading
+	r.mu.Unlock()
+	r.log.Info("leader election", "cluster", cluster, "leading", leading)
+}
+
+func (r *Reconciler) leads(cluster string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.leading == nil || r.leading[cluster]
+}
+
 // Trigger asks for the node to be reconciled soon. It never blocks; several
 // triggers of one node before the worker runs coalesce into one pass.
 func (r *Reconciler) Trigger(cluster, node string) {
@@ -147,12 +189,17 @@ func (r *Reconciler) enqueueOpen(ctx context.Context) {
 		r.log.ErrorContext(ctx, "list open repairs", "err", err)
 		return
 	}
-	r.mu.Lock()
 	for _, rp := range open {
-		r.pending[nodeKey{rp.Cluster, rp.Node}] = true
+		if r.leads(rp.Cluster) {
+			r.mu.Lock()
+			r.pending[nodeKey{rp.Cluster, rp.Node}] = true
+			r.mu.Unlock()
+		}
 	}
-	r.mu.Unlock()
 	for name, k := range r.cfg.Clusters {
+		if !r.leads(name) {
+			continue
+		}
 		nodes, err := k.NodeNames(ctx, anyForeignProblem)
 		if err != nil {
 			r.log.ErrorContext(ctx, "list nodes", "cluster", name, "err", err)
@@ -446,6 +493,9 @@ func (r *Reconciler) execute(ctx context.Context, k *kube.Cluster, rp store.Repa
 		return rp, fmt.Errorf("begin deletion of repair %d: %w", rp.ID, err)
 	}
 	r.transitions.WithLabelValues(string(ledger.Deleting)).Inc()
+	if r.crash("after-begin-deletion") {
+		return next, ErrCrashed
+	}
 	return r.deleting(ctx, k, next, now)
 }
 
@@ -468,6 +518,9 @@ func (r *Reconciler) deleting(ctx context.Context, k *kube.Cluster, rp store.Rep
 		}
 		if err != nil {
 			return rp, err
+		}
+		if r.crash("after-delete-call") {
+			return rp, ErrCrashed
 		}
 		if issued {
 			r.deletions.WithLabelValues(rp.Cluster, "false").Inc()

@@ -46,6 +46,9 @@ type Options struct {
 	Resync time.Duration
 	// PolicyFile holds per-reason and per-NodePool overrides (empty: none).
 	PolicyFile string
+	// LeaderElection, when set, runs per-cluster leader election; the
+	// periodic pass then only covers clusters this replica leads.
+	LeaderElection *LeaderElection
 	// Authenticator checks agents' tokens (auth.StaticToken,
 	// *auth.TokenReview); nil accepts every report (tests, insecure setups).
 	Authenticator auth.Authenticator
@@ -134,6 +137,12 @@ func Start(ctx context.Context, o Options) (*Controller, error) {
 func (c *Controller) Run(ctx context.Context) error {
 	defer c.Store.Close()
 	g, ctx := errgroup.WithContext(ctx)
+	if le := c.opts.LeaderElection; le != nil {
+		c.rec.UseLeaderElection()
+		for name, cs := range le.Clients {
+			g.Go(func() error { return runElection(ctx, *le, name, cs, c.rec.SetLeading) })
+		}
+	}
 	g.Go(func() error { return c.rec.Run(ctx) })
 	g.Go(func() error {
 		if err := c.srv.Serve(c.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

@@ -21,7 +21,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sort"
-	"strconv"
+	"strings"
 	"time"
 
 	"github.com/fleetrepair/fleetrepair/agent/finding"
@@ -175,6 +175,9 @@ type simNode struct {
 	epoch  int // boot within the machine: reboots and GPU resets
 
 	findings     []finding.Finding
+	repeats      map[string][2]int // finding content -> index of its first and latest occurrence (-1: none yet)
+	injected     []injection       // every injected finding, for checkpoints
+	deletingAt   time.Time         // NodeClaim deleted, replacement not ready yet; zero otherwise
 	signalledSeq uint64
 	lastSignal   time.Time
 	diags        []diagnose.Diagnosis
@@ -183,10 +186,12 @@ type simNode struct {
 	dirty        bool
 
 	// Repair model.
-	condSince   time.Time // toleration clock (fleetrepair) / unhealthy since (baselines)
-	state       string    // "", tolerating, awaiting_approval, held, budget
-	held        *Pause
-	everHeld    bool
+	condSince   time.Time       // toleration clock (fleetrepair) / unhealthy since (baselines)
+	state       string          // "", tolerating, awaiting_approval, held, budget
+	held        bool            // a Pause is open for the node
+	heldIdx     int             // index of that Pause in PolicyResult.Paused
+	everHeld    bool            // held at least once since the condition began
+	history     map[string]bool // "key=value" the node held before (rollback detection)
 	deletions   int
 	monitorDown bool
 
@@ -197,12 +202,19 @@ type simNode struct {
 
 func (n *simNode) bootID() string { return fmt.Sprintf("g%d-b%d", n.gen, n.epoch) }
 
+// injection is one injected finding as the scenario gave it.
+type injection struct {
+	at  time.Time
+	gpu string
+}
+
 // Repair model states.
 const (
 	stateTolerating = "tolerating"
 	stateApproval   = "awaiting_approval" // recommended action not executable: on-call decides
 	stateHeld       = "held"              // held by a breaker (fleetrepair) or a baseline's rule
 	stateBudget     = "budget"            // held by the deletions-per-hour budget
+	stateDeleting   = "deleting"          // NodeClaim deleted, replacement not ready yet
 )
 
 type replay struct {
@@ -253,7 +265,7 @@ func buildNodes(sc *Scenario) []*simNode {
 					group[g]++
 				}
 				out = append(out, &simNode{name: fmt.Sprintf("%s%d", p.Prefix, n), attrs: a, joinAt: p.JoinsAt,
-					truth: map[Truth]time.Time{}})
+					truth: map[Truth]time.Time{}, history: map[string]bool{}, repeats: map[string][2]int{}})
 			}
 		}
 	}
@@ -508,13 +520,33 @@ func toFinding(spec map[string]any, node, boot string, at time.Time, seq uint64)
 	return f
 }
 
+// inject hands findings to the node. Repeats of an identical finding in
+// one boot are coalesced into its first occurrence plus one running latest
+// occurrence carrying the summed count, as the agent's aggregation does:
+// the rules see the same counts and the same first and last times, and a
+// scrape every 30 s for a day does not make every diagnosis quadratic.
 func (r *replay) inject(n *simNode, specs []map[string]any, t Truth, at time.Duration, now time.Time) {
 	for _, spec := range specs {
 		r.seq++
 		f := toFinding(spec, n.name, n.bootID(), now, r.seq)
-		n.findings = append(n.findings, f)
+		n.injected = append(n.injected, injection{at: now, gpu: f.GPUPCI})
 		if f.Detector == finding.DetectorXid {
 			r.xidsAfter[f.Xid] = append(r.xidsAfter[f.Xid], at)
+		}
+		key := contentKey(f)
+		idx, seen := n.repeats[key]
+		switch {
+		case !seen:
+			n.repeats[key] = [2]int{len(n.findings), -1}
+			n.findings = append(n.findings, f)
+		case idx[1] < 0:
+			n.repeats[key] = [2]int{idx[0], len(n.findings)}
+			n.findings = append(n.findings, f)
+		default:
+			l := &n.findings[idx[1]]
+			l.Count += f.Count
+			l.Time, l.Seq = f.Time, f.Seq
+			l.ID = finding.NewID(*l)
 		}
 	}
 	n.dirty = true
@@ -524,6 +556,17 @@ func (r *replay) inject(n *simNode, specs []map[string]any, t Truth, at time.Dur
 	if t == TruthBroken && n.brokenSince.IsZero() {
 		n.brokenSince = now
 	}
+}
+
+// contentKey identifies a finding's content in its boot: everything but
+// its time, sequence number and count.
+func contentKey(f finding.Finding) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s|%s|%s|%s|%d", f.BootID, f.Detector, f.GPUPCI, f.DevicePCI, f.Xid)
+	for _, k := range sortedKeys(f.Attrs) {
+		fmt.Fprintf(&b, "|%s=%s", k, f.Attrs[k])
+	}
+	return b.String()
 }
 
 func (r *replay) change(o occurrence, now time.Time) {
@@ -545,10 +588,12 @@ func (r *replay) change(o occurrence, now time.Time) {
 			if r.cohortKeys[k] {
 				cohortChanged = true
 			}
-			if n.attrs["prev/"+k+"="+v] != "" {
+			// A rollback: back to a value the node ran before, or away from a
+			// value whose breaker tripped.
+			if n.history[k+"="+v] || slices.Contains(r.trippedCohorts(), k+"="+old) {
 				r.lastRevert, r.reverted = o.at, true
 			}
-			n.attrs["prev/"+k+"="+old] = "1"
+			n.history[k+"="+old] = true
 			n.attrs[k] = v
 		}
 		if cohortChanged {
@@ -583,7 +628,7 @@ func (r *replay) recover(n *simNode, method string, at time.Duration) {
 	case MethodReboot, MethodResetGPU:
 		n.epoch++
 	case MethodDCGMReachable:
-		n.findings = slices.DeleteFunc(n.findings, func(f finding.Finding) bool {
+		n.dropFindings(func(f finding.Finding) bool {
 			return f.Detector == finding.DetectorMonitoring && f.BootID == n.bootID()
 		})
 		n.dirty = true
@@ -592,7 +637,7 @@ func (r *replay) recover(n *simNode, method string, at time.Duration) {
 		r.replace(n)
 	case MethodClear:
 		boot := n.bootID()
-		n.findings = slices.DeleteFunc(n.findings, func(f finding.Finding) bool { return f.BootID == boot })
+		n.dropFindings(func(f finding.Finding) bool { return f.BootID == boot })
 	}
 	n.dirty = true
 	if _, broken := n.truth[TruthBroken]; broken {
@@ -604,16 +649,34 @@ func (r *replay) recover(n *simNode, method string, at time.Duration) {
 	n.brokenSince = time.Time{}
 }
 
+// dropFindings removes findings and rebuilds the repeat index.
+func (n *simNode) dropFindings(drop func(finding.Finding) bool) {
+	n.findings = slices.DeleteFunc(n.findings, drop)
+	clear(n.repeats)
+	for i, f := range n.findings {
+		k := contentKey(f)
+		if idx, ok := n.repeats[k]; ok {
+			n.repeats[k] = [2]int{idx[0], i}
+		} else {
+			n.repeats[k] = [2]int{i, -1}
+		}
+	}
+}
+
 // replace models Karpenter replacing the node: a fresh machine in the same
 // slot, with the same attributes.
 func (r *replay) replace(n *simNode) {
 	n.gen++
 	n.epoch = 0
-	n.findings, n.diags = nil, nil
+	n.findings, n.diags, n.injected = nil, nil, nil
+	clear(n.repeats)
+	n.deletingAt = time.Time{}
 	n.head = diagnose.Headline(nil)
 	n.vendorBad, n.dirty = false, false
-	n.condSince, n.state, n.held = time.Time{}, "", nil
+	n.condSince, n.state = time.Time{}, ""
 	n.signalledSeq, n.lastSignal = 0, time.Time{}
+	clear(n.truth)
+	n.brokenSince = time.Time{}
 	r.dropSignals(n.name)
 }
 
@@ -694,6 +757,12 @@ func (r *replay) policyStep(t time.Duration, now time.Time) {
 	var candidates []*simNode
 	for _, n := range r.nodes {
 		if !n.joined {
+			continue
+		}
+		if !n.deletingAt.IsZero() {
+			if !now.Before(n.deletingAt.Add(r.sc.Parameters.ReplaceDuration)) {
+				r.replace(n)
+			}
 			continue
 		}
 		if !r.unhealthy(n) {
@@ -839,13 +908,12 @@ func (r *replay) recordDecision(d breaker.Decision, t time.Duration) {
 }
 
 func (r *replay) hold(n *simNode, t time.Duration, why string) {
-	if n.held != nil {
+	if n.held {
 		return
 	}
 	n.state = stateHeld
 	r.out.Paused = append(r.out.Paused, Pause{Node: n.name, Since: fmtOffset(t), By: why})
-	n.held = &r.out.Paused[len(r.out.Paused)-1]
-	n.heldIdx = len(r.out.Paused) - 1
+	n.held, n.heldIdx = true, len(r.out.Paused)-1
 	if !n.everHeld {
 		n.everHeld = true
 		r.out.Summary.RepairsHeld++
@@ -853,12 +921,12 @@ func (r *replay) hold(n *simNode, t time.Duration, why string) {
 }
 
 func (r *replay) endPause(n *simNode, t time.Duration, outcome string) {
-	if n.held == nil {
+	if !n.held {
 		return
 	}
 	p := &r.out.Paused[n.heldIdx]
 	p.Until, p.Outcome = fmtOffset(t), outcome
-	n.held = nil
+	n.held = false
 }
 
 func (r *replay) delete(n *simNode, t time.Duration, now time.Time) {
@@ -885,7 +953,9 @@ func (r *replay) delete(n *simNode, t time.Duration, now time.Time) {
 	n.deletions++
 	clear(n.truth)
 	n.brokenSince = time.Time{}
-	r.replace(n)
+	// Karpenter drains the node while it launches the replacement; the old
+	// machine (and what it reports) stays until the replacement is ready.
+	n.deletingAt, n.state = now, stateDeleting
 }
 
 func hasTruth(n *simNode, t Truth) bool {
@@ -894,12 +964,8 @@ func hasTruth(n *simNode, t Truth) bool {
 }
 
 func (r *replay) finish() {
-	end := fmtOffset(r.end)
 	for _, n := range r.nodes {
-		if n.held != nil {
-			r.endPause(n, r.end, "still held at the end")
-			r.out.Paused[len(r.out.Paused)-1].Until = end
-		}
+		r.endPause(n, r.end, "still held at the end")
 		if hasTruth(n, TruthBroken) {
 			r.out.Unrepaired = append(r.out.Unrepaired, Unrepaired{Node: n.name, BrokenSince: fmtOffset(n.brokenSince.Sub(r.t0)),
 				State: stateOrNone(n)})
@@ -932,31 +998,14 @@ func stateOrNone(n *simNode) string {
 	return n.state
 }
 
-// fmtOffset prints an offset compactly: 90s -> "1m30s", 5m -> "5m",
-// 8d -> "192h".
+// fmtOffset prints an offset compactly: 5m, 1h, 1h30m, 1m30s, 192h.
 func fmtOffset(d time.Duration) string {
 	s := d.String()
-	if len(s) > 2 && s[len(s)-2:] == "0s" && s != "0s" {
-		s = s[:len(s)-2]
-		if len(s) > 2 && s[len(s)-2:] == "0m" && s[len(s)-3] >= '0' && s[len(s)-3] <= '9' && hasUnit(s[:len(s)-2], 'h') {
-			s = s[:len(s)-2]
-		}
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
 	}
 	return s
-}
-
-func hasUnit(s string, u byte) bool {
-	return len(s) > 0 && s[len(s)-1] == u
-}
-
-// offsetSeconds parses a fmtOffset result back (for tests and tables).
-func offsetSeconds(s string) float64 {
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		if n, err := strconv.ParseFloat(s, 64); err == nil {
-			return n
-		}
-		return math.NaN()
-	}
-	return d.Seconds()
 }

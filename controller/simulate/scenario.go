@@ -78,6 +78,10 @@ type Parameters struct {
 	Tick time.Duration
 	// End is when the run stops (default: the last step).
 	End time.Duration
+	// ReplaceDuration is how long a deleted node takes to be replaced
+	// (drain, terminate, launch, driver initialisation; default 10 min).
+	// Until then the old machine is still there and still reports.
+	ReplaceDuration time.Duration
 	// HaltRollouts makes fleetrepair's run skip change steps that would
 	// spread a value whose breaker is open (default true).
 	HaltRollouts bool
@@ -336,7 +340,7 @@ func load(read func(string) ([]byte, error), name, expected string) (*Scenario, 
 }
 
 func parseParameters(m map[string]any, p *Parameters) error {
-	p.DeletionsPerHour, p.Tick, p.HaltRollouts = 10, 30*time.Second, true
+	p.DeletionsPerHour, p.Tick, p.HaltRollouts, p.ReplaceDuration = 10, 30*time.Second, true, 10*time.Minute
 	var err error
 	for k, v := range m {
 		switch k {
@@ -348,6 +352,8 @@ func parseParameters(m map[string]any, p *Parameters) error {
 			p.Tick, err = parseOffset(v)
 		case "end":
 			p.End, err = parseOffset(v)
+		case "replace_duration":
+			p.ReplaceDuration, err = parseOffset(v)
 		case "halt_rollouts":
 			b, ok := v.(bool)
 			if !ok {

@@ -1,0 +1,108 @@
+package pipeline
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fleetrepair/fleetrepair/agent/detect"
+	"github.com/fleetrepair/fleetrepair/agent/finding"
+	"github.com/fleetrepair/fleetrepair/agent/source"
+	"github.com/fleetrepair/fleetrepair/agent/uplink"
+)
+
+type fakeChecker struct {
+	name string
+	res  source.Result
+}
+
+func (c fakeChecker) Name() string                        { return c.name }
+func (c fakeChecker) Check(context.Context) source.Result { return c.res }
+
+type fakePusher struct{}
+
+func (fakePusher) Name() string { return "dcgm-policy" }
+func (fakePusher) Run(ctx context.Context, emit func(source.Result)) error {
+	emit(source.Result{State: finding.StateUnknown, Reason: "Error connecting to nv-hostengine"})
+	<-ctx.Done()
+	return nil
+}
+
+// TestMonitorsReachTheController runs the pipeline with a polled and a
+// pushed monitor against a fake controller and checks the heartbeat
+// (monitor states, inventory, driver) and the monitor's finding.
+func TestMonitorsReachTheController(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var reports []finding.Report
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var rep finding.Report
+		if err := json.NewDecoder(r.Body).Decode(&rep); err != nil {
+			t.Errorf("decode report: %v", err)
+		}
+		mu.Lock()
+		reports = append(reports, rep)
+		mu.Unlock()
+		w.WriteHeader(http.StatusAccepted)
+	}))
+	defer srv.Close()
+	up, err := uplink.New(uplink.Config{URL: srv.URL, Cluster: "c1", Node: "node-a1", BootID: "b1",
+		FlushInterval: 20 * time.Millisecond, HeartbeatInterval: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nvml := fakeChecker{name: "nvml", res: source.Result{State: finding.StateFailing, Reason: "GPU 1: GPU is lost",
+		DriverVersion: "550.90.07", GPUs: []finding.GPU{{Index: 0, PCI: "0000:3b:00.0", Serial: "S0", Model: "NVIDIA H100"}},
+		Findings: []finding.Finding{{Detector: finding.DetectorNVMLError, GPUPCI: "0000:3c:00.0",
+			Attrs: map[string]string{finding.AttrError: "GPU is lost"}, Evidence: []string{"x"}}}}}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, Config{Source: Replay{Path: "x", Open: func(string) (io.ReadCloser, error) {
+			return io.NopCloser(strings.NewReader("")), nil
+		}}, Uplink: up, Detector: detect.Options{Node: "node-a1", BootID: "b1"},
+			Monitors: []Monitor{{Checker: nvml, Every: 50 * time.Millisecond}}, Pushers: []source.Pusher{fakePusher{}}})
+	}()
+	for {
+		mu.Lock()
+		var found bool
+		var hb *finding.Heartbeat
+		for _, r := range reports {
+			for _, f := range r.Findings {
+				found = found || (f.Detector == finding.DetectorNVMLError && f.ID != "" && f.Node == "node-a1")
+			}
+			if r.Heartbeat != nil {
+				hb = r.Heartbeat
+			}
+		}
+		mu.Unlock()
+		if found && hb != nil && len(hb.GPUs) == 1 && hb.DriverVersion == "550.90.07" && len(hb.Monitors) == 3 {
+			states := map[string]string{}
+			for _, m := range hb.Monitors {
+				states[m.Name] = m.State
+				if m.Since.IsZero() {
+					t.Errorf("monitor %s without since", m.Name)
+				}
+			}
+			if states["nvml"] != "failing" || states["dcgm-policy"] != "unknown" || states[KernelLogMonitor] != "ok" {
+				t.Errorf("states %v", states)
+			}
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("no complete report: %+v", reports)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+}
