@@ -40,5 +40,16 @@ vet:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
 
+## bench-agent: agent CPU/RSS/wake-ups idle and under a 5,000 lines/s /dev/kmsg flood,
+## side by side with node-problem-detector's kernel monitor (root, Linux; builds NPD into .tools/)
+NPD_VERSION ?= v1.34.0
+bench-agent:
+	$(GO) build -o .tools/bin/fleetrepair-agent ./cmd/fleetrepair-agent
+	@test -x .tools/bin/node-problem-detector || ( mkdir -p .tools/npd && cd .tools/npd && \
+		printf 'module fleetrepair.local/npdbuild\n\ngo 1.26.8\n\nrequire k8s.io/node-problem-detector $(NPD_VERSION)\n' > go.mod && \
+		printf '//go:build tools\n\npackage npdbuild\n\nimport _ "k8s.io/node-problem-detector/cmd/nodeproblemdetector"\n' > tools.go && \
+		$(GO) mod tidy && $(GO) build -o ../bin/node-problem-detector k8s.io/node-problem-detector/cmd/nodeproblemdetector )
+	$(GO) run ./test/agentbench $(BENCH_FLAGS)
+
 clean:
 	rm -rf $(BIN)

@@ -53,7 +53,9 @@ CREATE TABLE nodes (
 -- (received_at within the agent's spool horizon), and no foreign key points at
 -- this table for the same reason (repair_findings.finding_id is a soft link).
 CREATE TABLE findings (
-    id          text        PRIMARY KEY CHECK (length(id) BETWEEN 1 AND 128),
+    -- The agent's idempotency key, unique within a cluster (node names, and
+    -- so agent-made IDs, may repeat across clusters).
+    id          text        NOT NULL CHECK (length(id) BETWEEN 1 AND 128),
     cluster     text        NOT NULL CHECK (cluster <> ''),
     node        text        NOT NULL CHECK (node <> ''),
     boot_id     text        NOT NULL DEFAULT '',
@@ -66,7 +68,8 @@ CREATE TABLE findings (
     evidence    jsonb       NOT NULL DEFAULT '[]',
     seq         bigint      NOT NULL DEFAULT 0 CHECK (seq >= 0),
     observed_at timestamptz,              -- finding.Finding.Time; NULL when the agent could not tell
-    received_at timestamptz NOT NULL      -- when the controller stored it
+    received_at timestamptz NOT NULL,     -- when the controller stored it
+    PRIMARY KEY (cluster, id)
 );
 CREATE INDEX findings_node_received_idx ON findings (cluster, node, received_at);
 

@@ -64,13 +64,14 @@ var (
 
 // Defaults for Config fields left zero.
 const (
-	DefaultWindow          = 10 * time.Minute
-	DefaultCoolDown        = 15 * time.Minute
-	DefaultMinFailing      = 3
-	DefaultAlpha           = 1e-3
-	DefaultMinRateRatio    = 4.0
-	DefaultCeilingFraction = 0.10
-	maxEvidenceNodes       = 20
+	DefaultWindow            = 10 * time.Minute
+	DefaultCoolDown          = 15 * time.Minute
+	DefaultMinFailing        = 3
+	DefaultAlpha             = 1e-3
+	DefaultMinRateRatio      = 4.0
+	DefaultCeilingFraction   = 0.10
+	DefaultCeilingMinFailing = 10
+	maxEvidenceNodes         = 20
 )
 
 // Config holds the breaker thresholds. The zero value of a field means its
@@ -102,9 +103,14 @@ type Config struct {
 	// closes.
 	CoolDown time.Duration `json:"coolDown"`
 	// CeilingFraction pauses every repair when the failing nodes no open
-	// cohort explains reach this fraction of the fleet (default 0.10), and
-	// at least MinFailing of them.
+	// cohort explains reach this fraction of the fleet (default 0.10) and
+	// CeilingMinFailing nodes.
 	CeilingFraction float64 `json:"ceilingFraction"`
+	// CeilingMinFailing is the ceiling's absolute floor (default 10): in a
+	// small fleet a percentage means little (one node of three is 33%),
+	// and a few simultaneous failures are each handled on their own or by
+	// a cohort breaker.
+	CeilingMinFailing int `json:"ceilingMinFailing"`
 	// RolloutKeys are keys whose trip also asks to halt the rollout that
 	// spreads the value (default: driver_version, monitoring_image, kernel,
 	// image).
@@ -147,6 +153,9 @@ func (c Config) withDefaults() Config {
 	if c.CeilingFraction == 0 {
 		c.CeilingFraction = DefaultCeilingFraction
 	}
+	if c.CeilingMinFailing == 0 {
+		c.CeilingMinFailing = DefaultCeilingMinFailing
+	}
 	if c.RolloutKeys == nil {
 		c.RolloutKeys = append([]string(nil), softwareKeys...)
 	}
@@ -167,6 +176,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("minimum rate ratio must be >= 1, got %g", c.MinRateRatio)
 	case !(c.CeilingFraction > 0 && c.CeilingFraction <= 1):
 		return fmt.Errorf("ceiling fraction must be in (0, 1], got %g", c.CeilingFraction)
+	case c.CeilingMinFailing < c.MinFailing:
+		return fmt.Errorf("ceiling floor %d must be >= the cohort floor %d", c.CeilingMinFailing, c.MinFailing)
 	}
 	return nil
 }
@@ -310,11 +321,16 @@ type State struct {
 	// Ceiling is the open fleet-wide breaker, nil when closed.
 	Ceiling    *Breaker   `json:"ceiling,omitempty"`
 	KillSwitch KillSwitch `json:"killSwitch"`
-	// Resumed holds when a human last resumed a cohort (or FleetScope): the
-	// failures of its nodes up to that time were accepted and count towards
-	// no trip (of it, of a cohort that coincides with it, or of the ceiling).
+	// Resumed holds when a human last resumed a cohort (or FleetScope).
 	// Entries expire after one window.
 	Resumed map[string]time.Time `json:"resumed,omitempty"`
+	// Acknowledged holds the nodes that were failing in a cohort when a
+	// human resumed it, with the resume time: their failures were looked at
+	// and accepted, and count towards no trip (of that cohort, of one that
+	// coincides with it, or of the ceiling) while they keep failing. A node
+	// leaves the set once it has no signal in the window; a new failure
+	// after that counts again.
+	Acknowledged map[string]time.Time `json:"acknowledged,omitempty"`
 	// EvaluatedAt is the time of the last Evaluate.
 	EvaluatedAt time.Time `json:"evaluatedAt,omitzero"`
 }
@@ -358,6 +374,10 @@ func (s State) clone() State {
 	out.Resumed = make(map[string]time.Time, len(s.Resumed))
 	for k, v := range s.Resumed {
 		out.Resumed[k] = v
+	}
+	out.Acknowledged = make(map[string]time.Time, len(s.Acknowledged))
+	for k, v := range s.Acknowledged {
+		out.Acknowledged[k] = v
 	}
 	return out
 }
@@ -422,6 +442,34 @@ func (p *Policy) Evaluate(now time.Time, fleet *Fleet, signals []Signal, prior S
 				ns.last = s.At
 			}
 			ns.inWindow = true
+		}
+	}
+
+	// Acknowledgements: nodes failing in a resumed cohort at the resume join
+	// the set; nodes without a signal in the window leave it.
+	for name := range st.Acknowledged {
+		if i, ok := fleet.pos[name]; !ok || sig[i] == nil || !sig[i].inWindow {
+			delete(st.Acknowledged, name)
+		}
+	}
+	if len(st.Resumed) > 0 {
+		resumed := resumedIDs(fleet, st.Resumed)
+		fleetResumed, fleetWasResumed := st.Resumed[FleetScope]
+		for i, ns := range sig {
+			if !ns.inWindow {
+				continue
+			}
+			at, ack := fleetResumed, fleetWasResumed && !ns.first.After(fleetResumed)
+			for _, c := range fleet.nodeCohorts(i) {
+				if t, ok := resumed[c]; ok && c >= 0 && !ns.first.After(t) {
+					at, ack = t, true
+				}
+			}
+			if ack {
+				if _, already := st.Acknowledged[fleet.names[i]]; !already {
+					st.Acknowledged[fleet.names[i]] = at
+				}
+			}
 		}
 	}
 
@@ -492,7 +540,7 @@ func (p *Policy) Evaluate(now time.Time, fleet *Fleet, signals []Signal, prior S
 
 	// Fleet-wide ceiling on the failures no open cohort explains.
 	n := fleet.Len()
-	limit := max(cfg.MinFailing, int(math.Ceil(cfg.CeilingFraction*float64(n))))
+	limit := max(cfg.CeilingMinFailing, int(math.Ceil(cfg.CeilingFraction*float64(n))))
 	ev := Evidence{At: now, WindowSeconds: cfg.Window.Seconds(), FleetNodes: n, FleetFailing: unexplained, CeilingNodes: limit}
 	switch {
 	case st.Ceiling == nil && ev.FleetFailing >= limit:
@@ -530,7 +578,7 @@ type round struct {
 	passing  []int32 // cohorts that trip, best explanation first
 	evidence map[int32]Evidence
 	// unexplainedFailing counts failing nodes that no open cohort explains
-	// and no resume acknowledged: the ceiling's measure.
+	// and no human acknowledged: the ceiling's measure.
 	unexplainedFailing int
 }
 
@@ -564,11 +612,8 @@ func (p *Policy) round(now time.Time, fleet *Fleet, sig map[int32]*nodeSignals, 
 	}
 	per := map[int32]*agg{}
 	failingTotal := 0
-	resumed := resumedIDs(fleet, st.Resumed)
-	fleetResumed, fleetWasResumed := st.Resumed[FleetScope]
 	for i, ns := range sig {
-		if !ns.inWindow || explained[i] || fleetWasResumed && !ns.last.After(fleetResumed) ||
-			acknowledged(fleet.nodeCohorts(i), ns.last, resumed) {
+		if _, ack := st.Acknowledged[fleet.names[i]]; !ns.inWindow || explained[i] || ack {
 			continue
 		}
 		failingTotal++
@@ -659,23 +704,6 @@ func (p *Policy) round(now time.Time, fleet *Fleet, sig map[int32]*nodeSignals, 
 	return r
 }
 
-// acknowledged reports whether a human resumed one of the node's cohorts
-// (ids) after the node's newest signal in the window (last): those failures
-// were looked at and accepted, and count for no trip (of that cohort, of a
-// cohort that coincides with it, or of the ceiling) until new ones arrive.
-// A fleet resume is checked by the caller.
-func acknowledged(ids []int32, last time.Time, resumed map[int32]time.Time) bool {
-	if len(resumed) == 0 {
-		return false
-	}
-	for _, c := range ids {
-		if t, ok := resumed[c]; ok && !last.After(t) {
-			return true
-		}
-	}
-	return false
-}
-
 // openIDs maps the fleet's cohort ids of open breakers to their names.
 // Open cohorts without members in this fleet are left out.
 func openIDs(fleet *Fleet, open map[string]Breaker) map[int32]string {
@@ -737,9 +765,10 @@ func Allows(st State, node Node) (ok bool, reason string) {
 }
 
 // Resume closes an open breaker on a human's authority: cohort is
-// "key=value" or FleetScope. The failures of its nodes up to now no longer
-// count towards any trip; new ones do. actor and reason are required for the
-// audit.
+// "key=value" or FleetScope. The nodes failing in it now are acknowledged
+// at the next Evaluate (State.Acknowledged): they count towards no trip while
+// they keep failing, so their repairs proceed; new failures count. actor and
+// reason are required for the audit.
 func Resume(st State, cohort, actor, reason string, now time.Time) (State, Decision, error) {
 	if actor == "" || reason == "" {
 		return st, Decision{}, fmt.Errorf("resume breaker %s: actor and reason are required", cohort)

@@ -183,12 +183,13 @@ func TestEvaluate(t *testing.T) {
 			wantTrips: []string{"driver_version=610.57.04"},
 		},
 		{
-			name: "resume closes at once; old signals do not re-trip, new ones do", nodes: render,
+			name: "resume closes at once; acknowledged failures do not re-trip, new ones do", nodes: render,
 			steps: []step{
 				{at: 0, fail: names("node-r", 1, 10), wantOpen: []string{"driver_version=610.57.04"}},
 				{at: time.Minute, resume: "driver_version=610.57.04", wantOpen: []string{}, allow: map[string]bool{"node-r1": true}},
-				{at: 2 * time.Minute, fail: []string{"node-r20", "node-r21"}, wantOpen: []string{}},
-				{at: 3 * time.Minute, fail: []string{"node-r22"}, wantOpen: []string{"driver_version=610.57.04"}},
+				// The acknowledged nodes keep failing (a condition persists): no re-trip.
+				{at: 2 * time.Minute, fail: append(names("node-r", 1, 10), "node-r20", "node-r21"), wantOpen: []string{}},
+				{at: 3 * time.Minute, fail: append(names("node-r", 1, 10), "node-r22"), wantOpen: []string{"driver_version=610.57.04"}},
 			},
 			wantTrips: []string{"driver_version=610.57.04", "driver_version=610.57.04"},
 		},

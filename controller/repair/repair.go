@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sort"
 	"sync"
 	"time"
 
@@ -79,6 +80,8 @@ type Reconciler struct {
 	// leading is nil when leader election is off (every cluster is ours);
 	// else the clusters whose Lease this replica holds.
 	leading map[string]bool
+	// clusters holds the reachability of each cluster's API server.
+	clusters map[string]ClusterState
 
 	reconciles  *prometheus.CounterVec
 	deletions   *prometheus.CounterVec
@@ -120,6 +123,66 @@ func New(cfg Config) (*Reconciler, error) {
 		}
 	}
 	return r, nil
+}
+
+// ClusterState is what the controller last saw of a cluster's API server.
+type ClusterState struct {
+	Name      string    `json:"name"`
+	Reachable bool      `json:"reachable"`
+	Since     time.Time `json:"since"` // when Reachable last changed
+	LastError string    `json:"lastError,omitempty"`
+	Leading   *bool     `json:"leading,omitempty"` // nil: leader election off
+}
+
+// observe records a call's outcome against cluster's API server. NotFound
+// and conflicts are answers, so they count as reachable.
+func (r *Reconciler) observe(cluster string, err error) {
+	reachable := err == nil || apierrors.IsNotFound(err) || apierrors.IsConflict(err) || errors.Is(err, kube.ErrNoNodeClaim) || errors.Is(err, kube.ErrUIDChanged)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.clusters == nil {
+		r.clusters = map[string]ClusterState{}
+	}
+	st, seen := r.clusters[cluster]
+	if !seen || st.Reachable != reachable {
+		st = ClusterState{Name: cluster, Reachable: reachable, Since: r.cfg.Now()}
+		if !reachable {
+			r.log.Warn("cluster API server unreachable: its nodes are unknown, no repair acts there", "cluster", cluster, "err", err)
+		}
+	}
+	st.LastError = ""
+	if !reachable {
+		st.LastError = err.Error()
+	}
+	r.clusters[cluster] = st
+}
+
+// Clusters returns the state of every configured cluster, sorted by name.
+// A cluster not contacted yet is reported unreachable since the start.
+func (r *Reconciler) Clusters() []ClusterState {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]ClusterState, 0, len(r.cfg.Clusters))
+	for name := range r.cfg.Clusters {
+		st, ok := r.clusters[name]
+		if !ok {
+			st = ClusterState{Name: name, LastError: "not contacted yet"}
+		}
+		if r.leading != nil {
+			l := r.leading[name]
+			st.Leading = &l
+		}
+		out = append(out, st)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Reachable reports whether cluster's API server answered the last call.
+func (r *Reconciler) Reachable(cluster string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.clusters[cluster].Reachable
 }
 
 // UseLeaderElection makes the periodic pass skip clusters whose Lease this
@@ -168,6 +231,8 @@ func (r *Reconciler) Trigger(cluster, node string) {
 func (r *Reconciler) Run(ctx context.Context) error {
 	t := time.NewTicker(r.cfg.Resync)
 	defer t.Stop()
+	r.enqueueOpen(ctx)
+	r.drain(ctx)
 	for {
 		select {
 		case <-ctx.Done():
@@ -197,10 +262,11 @@ func (r *Reconciler) enqueueOpen(ctx context.Context) {
 		}
 	}
 	for name, k := range r.cfg.Clusters {
+		nodes, err := k.NodeNames(ctx, anyForeignProblem)
+		r.observe(name, err) // also the reachability probe of every cluster
 		if !r.leads(name) {
 			continue
 		}
-		nodes, err := k.NodeNames(ctx, anyForeignProblem)
 		if err != nil {
 			r.log.ErrorContext(ctx, "list nodes", "cluster", name, "err", err)
 			continue
@@ -252,6 +318,7 @@ func (r *Reconciler) ReconcileNode(ctx context.Context, cluster, node string) er
 	}
 
 	info, err := k.NodeInfo(ctx, node)
+	r.observe(cluster, err)
 	if apierrors.IsNotFound(errors.Unwrap(err)) || apierrors.IsNotFound(err) {
 		if hasOpen {
 			return r.nodeGone(ctx, k, open, now)

@@ -117,7 +117,7 @@ func Start(ctx context.Context, o Options) (*Controller, error) {
 	}
 	sort.Strings(names)
 	h, err := api.Handler(api.Config{Store: st, Catalog: cat, Clusters: names, Authenticator: o.Authenticator,
-		OnIngest: rec.Trigger, Gatherer: reg, Registerer: reg, Now: o.Now, Log: o.Log})
+		OnIngest: rec.Trigger, ClusterStates: rec.Clusters, Gatherer: reg, Registerer: reg, Now: o.Now, Log: o.Log})
 	if err != nil {
 		st.Close()
 		return nil, err

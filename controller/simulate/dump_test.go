@@ -1,9 +1,10 @@
 package simulate
 
 import (
-	"encoding/json"
 	"io/fs"
 	"os"
+	"path/filepath"
+	"time"
 	"testing"
 
 	"github.com/fleetrepair/fleetrepair/test/fixtures"
@@ -11,6 +12,7 @@ import (
 
 func TestDump(t *testing.T) {
 	paths, _ := fs.Glob(fixtures.Cases, "cases/*/scenario.yaml")
+	var rs []*Result
 	for _, p := range paths {
 		sc, err := LoadFS(fixtures.Cases, p)
 		if err != nil {
@@ -20,19 +22,31 @@ func TestDump(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for i := range res.Policies {
-			for j := range res.Policies[i].Trips {
-				res.Policies[i].Trips[j].Evidence = nil
-			}
+		rs = append(rs, res)
+
+	}
+	syn, _ := filepath.Glob("testdata/*.yaml")
+	for _, p := range syn {
+		sc, err := LoadFile(p)
+		if err != nil {
+			t.Fatal(err)
 		}
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", " ")
-		res.Policies = res.Policies[:1]
+		start := time.Now()
+		res, err := Run(sc, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s took %s pass=%v", p, time.Since(start), res.Pass)
 		for _, c := range append(res.Checkpoints, res.Expectations...) {
 			if c.Status != "pass" {
-				enc.Encode(c)
+				t.Logf("  %+v", c)
 			}
 		}
-		enc.Encode(map[string]any{"s": res.Scenario, "pass": res.Pass, "fr": res.Policies[0].Summary, "trips": res.Policies[0].Trips, "halted": res.Halted})
+		for _, tr := range res.Policies[0].Trips {
+			t.Logf("  trip %s %s %s %s", tr.At, tr.Cohort, tr.Change, tr.Message)
+		}
+		t.Logf("  halted %d", len(res.Halted))
+		rs = append(rs, res)
 	}
+	WriteTable(os.Stdout, rs)
 }

@@ -75,12 +75,14 @@ type Summary struct {
 	// BrokenUnrepaired counts nodes with their own hardware fault still in
 	// place at the end: neither replaced nor recovered.
 	BrokenUnrepaired int `json:"brokenUnrepaired"`
-	// LoneRepaired counts broken nodes replaced or recovered, and
+	// LoneRepaired counts broken nodes the policy replaced, and
 	// LoneTTRMeanSeconds / LoneTTRMaxSeconds their time from the first fault
-	// to the repair, in seconds.
-	LoneRepaired       int     `json:"loneRepaired"`
-	LoneTTRMeanSeconds float64 `json:"loneTTRMeanSeconds"`
-	LoneTTRMaxSeconds  float64 `json:"loneTTRMaxSeconds"`
+	// to the NodeClaim deletion, in seconds. Remedies of the timeline's
+	// recover steps are counted in RecoveredByTimeline instead.
+	LoneRepaired        int     `json:"loneRepaired"`
+	RecoveredByTimeline int     `json:"recoveredByTimeline"`
+	LoneTTRMeanSeconds  float64 `json:"loneTTRMeanSeconds"`
+	LoneTTRMaxSeconds   float64 `json:"loneTTRMaxSeconds"`
 	// RepairsHeld counts repairs held at least once (by a breaker, a
 	// baseline's rule or the budget).
 	RepairsHeld int `json:"repairsHeld"`

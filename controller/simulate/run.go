@@ -196,7 +196,10 @@ type simNode struct {
 	monitorDown bool
 
 	// Ground truth since the last recovery or replacement.
-	truth       map[Truth]time.Time
+	truth map[Truth]time.Time
+	// brokenSince is the machine's first hardware fault. A remedy of the
+	// timeline does not reset it (the fault may return, as in c07); a
+	// replacement does.
 	brokenSince time.Time
 }
 
@@ -297,7 +300,8 @@ func newReplay(sc *Scenario, policy string, eng *diagnose.Engine, occ []occurren
 	}
 	b := sc.Parameters.Breaker
 	bp, err := breaker.NewPolicy(breaker.Config{Labels: labels, Window: b.Window, CoolDown: b.CoolDown,
-		MinFailing: b.MinFailing, Alpha: b.Alpha, MinRateRatio: b.MinRateRatio, CeilingFraction: b.CeilingFraction})
+		MinFailing: b.MinFailing, Alpha: b.Alpha, MinRateRatio: b.MinRateRatio, CeilingFraction: b.CeilingFraction,
+		CeilingMinFailing: b.CeilingMin})
 	if err != nil {
 		return nil, err
 	}
@@ -641,12 +645,10 @@ func (r *replay) recover(n *simNode, method string, at time.Duration) {
 	}
 	n.dirty = true
 	if _, broken := n.truth[TruthBroken]; broken {
-		r.ttrs = append(r.ttrs, r.t0.Add(at).Sub(n.brokenSince))
 		r.out.Recovered = append(r.out.Recovered, Repaired{Node: n.name, At: fmtOffset(at), Method: method,
 			TimeToRepair: fmtOffset(r.t0.Add(at).Sub(n.brokenSince))})
 	}
 	clear(n.truth)
-	n.brokenSince = time.Time{}
 }
 
 // dropFindings removes findings and rebuilds the repeat index.
@@ -808,8 +810,21 @@ func (r *replay) fleetRepairStep(t time.Duration, now time.Time, candidates []*s
 	}
 	horizon := now.Add(-2 * r.bp.Config().Window)
 	r.signals = slices.DeleteFunc(r.signals, func(s breaker.Signal) bool { return s.At.Before(horizon) })
+	// A condition is a state, an event a point in time: a node whose
+	// condition-severity diagnosis is still active signals at every
+	// evaluation, so a breaker stays open while its nodes stay broken and
+	// cools down only once they stop failing.
+	sigs := r.signals
+	for _, n := range r.nodes {
+		if n.joined && n.head.Severity == catalog.SeverityCondition && n.head.FaultClass != "none" {
+			if len(sigs) == len(r.signals) {
+				sigs = slices.Clip(sigs)
+			}
+			sigs = append(sigs, breaker.Signal{Node: n.name, At: now})
+		}
+	}
 	var ds []breaker.Decision
-	r.bstate, ds = r.bp.Evaluate(now, r.fleet, r.signals, r.bstate)
+	r.bstate, ds = r.bp.Evaluate(now, r.fleet, sigs, r.bstate)
 	for _, d := range ds {
 		r.recordDecision(d, t)
 	}
@@ -976,6 +991,7 @@ func (r *replay) finish() {
 	s.HealthyCauseDeleted = s.SharedCauseDeleted + s.NoFaultDeleted
 	s.BrokenUnrepaired = len(r.out.Unrepaired)
 	s.LoneRepaired = len(r.ttrs)
+	s.RecoveredByTimeline = len(r.out.Recovered)
 	if len(r.ttrs) > 0 {
 		var sum time.Duration
 		for _, d := range r.ttrs {

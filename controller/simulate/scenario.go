@@ -97,6 +97,7 @@ type BreakerParams struct {
 	Alpha           float64
 	MinRateRatio    float64
 	CeilingFraction float64
+	CeilingMin      int
 	Labels          []string
 }
 
@@ -398,6 +399,8 @@ func parseBreakerParams(v any, b *BreakerParams) error {
 			b.MinRateRatio, err = floatOf(x)
 		case "ceiling_fraction":
 			b.CeilingFraction, err = floatOf(x)
+		case "ceiling_min_failing":
+			b.CeilingMin, err = intOf(x)
 		case "labels":
 			l, ok := x.([]any)
 			if !ok {

@@ -45,7 +45,7 @@ SELECT u.id, $1, $2, u.boot_id, u.detector, u.gpu_pci, u.device_pci, u.xid, u.co
 FROM unnest($4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::int[], $10::int[],
             $11::jsonb[], $12::jsonb[], $13::bigint[], $14::timestamptz[])
      AS u(id, boot_id, detector, gpu_pci, device_pci, xid, count, attrs, evidence, seq, observed_at)
-ON CONFLICT (id) DO NOTHING`
+ON CONFLICT (cluster, id) DO NOTHING`
 
 	findingCols = `id, node, boot_id, detector, gpu_pci, device_pci, xid, count, attrs, evidence, seq, observed_at`
 
@@ -59,7 +59,8 @@ LIMIT $4`
 
 	sqlFindingsByIDs = `
 SELECT ` + findingCols + ` FROM findings
-JOIN unnest($1::text[]) WITH ORDINALITY AS want(id, ord) USING (id)
+JOIN unnest($2::text[]) WITH ORDINALITY AS want(id, ord) USING (id)
+WHERE cluster = $1
 ORDER BY want.ord`
 )
 
@@ -194,11 +195,11 @@ func (s *Store) FindingsForNode(ctx context.Context, cluster, node string, since
 // FindingsByIDs returns the stored findings with the given IDs, in the order
 // of ids; IDs not stored (never received, or dropped by retention) are left
 // out.
-func (s *Store) FindingsByIDs(ctx context.Context, ids []string) ([]finding.Finding, error) {
+func (s *Store) FindingsByIDs(ctx context.Context, cluster string, ids []string) ([]finding.Finding, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	rows, err := s.pool.Query(ctx, sqlFindingsByIDs, ids)
+	rows, err := s.pool.Query(ctx, sqlFindingsByIDs, cluster, ids)
 	if err != nil {
 		return nil, errorf(err, "query findings by id")
 	}

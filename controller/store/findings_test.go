@@ -213,7 +213,7 @@ func TestFindingsQueries(t *testing.T) {
 		t.Errorf("other node: %d findings", len(got))
 	}
 
-	byID, err := s.FindingsByIDs(ctx, []string{want[4], "missing", want[0]})
+	byID, err := s.FindingsByIDs(ctx, "c1", []string{want[4], "missing", want[0]})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,5 +277,25 @@ func TestSecurityEvents(t *testing.T) {
 	}
 	if _, err := s.Pool().Exec(ctx, "DELETE FROM security_audit"); err == nil {
 		t.Fatal("security_audit accepted a DELETE")
+	}
+}
+
+// TestFindingIDsAreScopedByCluster: two clusters may have nodes of the same
+// name whose agents compute the same finding IDs; both are stored.
+func TestFindingIDsAreScopedByCluster(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := open(t)
+	for _, c := range []string{"east", "west"} {
+		n, err := s.IngestReport(ctx, report(c, "gpu-1", "boot-1", 3, t0), t0)
+		if err != nil || n != 3 {
+			t.Fatalf("ingest %s: inserted %d, %v; want 3", c, n, err)
+		}
+	}
+	for _, c := range []string{"east", "west"} {
+		fs, err := s.FindingsForNode(ctx, c, "gpu-1", time.Time{}, 0)
+		if err != nil || len(fs) != 3 {
+			t.Fatalf("%s findings = %d, %v", c, len(fs), err)
+		}
 	}
 }

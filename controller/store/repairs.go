@@ -107,7 +107,8 @@ FROM repair_audit WHERE repair_id = $1 ORDER BY id`
 
 	sqlRepairFindings = `
 SELECT ` + findingCols + ` FROM findings
-WHERE id IN (SELECT finding_id FROM repair_findings WHERE repair_id = $1)
+WHERE cluster = (SELECT cluster FROM repairs WHERE id = $1)
+  AND id IN (SELECT finding_id FROM repair_findings WHERE repair_id = $1)
 ORDER BY COALESCE(observed_at, received_at), id`
 
 	sqlRepairsInState = `SELECT ` + repairCols + ` FROM repairs r WHERE r.state = ANY ($1::text[]) ORDER BY r.id`

@@ -90,7 +90,13 @@ func startFleet(t testing.TB, tol time.Duration, nodes ...string) *fleet {
 // stopped (SIGTERM) at cleanup.
 func startAgent(t testing.TB, url, node string, args ...string) {
 	t.Helper()
-	cmd := exec.Command(agentBin, append([]string{"run", "--controller", url, "--cluster", cluster, "--node", node,
+	startAgentIn(t, url, cluster, node, args...)
+}
+
+// startAgentIn is startAgent for an agent of another cluster.
+func startAgentIn(t testing.TB, url, clusterName, node string, args ...string) {
+	t.Helper()
+	cmd := exec.Command(agentBin, append([]string{"run", "--controller", url, "--cluster", clusterName, "--node", node,
 		"--boot-id", "boot-" + node, "--listen", "", "--flush-interval", "200ms", "--heartbeat-interval", "1s"}, args...)...)
 	logf, err := os.CreateTemp("", "agent-"+node+"-*.log")
 	if err != nil {

@@ -240,6 +240,28 @@ func AssetsDir() (string, error) {
 	return dir, nil
 }
 
+// Tool returns the path of another binary `make kube-tools` builds (helm)
+// from the folder kube-apiserver is found in, else from .tools/kube, and
+// skips the test, naming `make kube-tools`, when there is none.
+func Tool(t testing.TB, name string) string {
+	t.Helper()
+	var dirs []string
+	if dir, err := AssetsDir(); err == nil {
+		dirs = append(dirs, dir)
+	}
+	if root, err := ModuleRoot(); err == nil {
+		dirs = append(dirs, filepath.Join(root, ".tools", "kube"))
+	}
+	for _, dir := range dirs {
+		path := filepath.Join(dir, name)
+		if fi, err := os.Stat(path); err == nil && fi.Mode()&0o111 != 0 {
+			return path
+		}
+	}
+	t.Skipf("skip: no %s in %v; build it with `make kube-tools`", name, dirs)
+	return ""
+}
+
 // ModuleRoot returns the fleetrepair module's root folder: the nearest
 // folder at or above the working directory whose go.mod declares
 // ModulePath (a test runs in its package's folder).

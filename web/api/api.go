@@ -26,6 +26,7 @@ import (
 	"github.com/fleetrepair/fleetrepair/controller/auth"
 	"github.com/fleetrepair/fleetrepair/controller/catalog"
 	"github.com/fleetrepair/fleetrepair/controller/ledger"
+	"github.com/fleetrepair/fleetrepair/controller/repair"
 	"github.com/fleetrepair/fleetrepair/controller/store"
 )
 
@@ -45,7 +46,13 @@ type Config struct {
 	Authenticator auth.Authenticator
 	// OnIngest is called after a report is stored (the reconciler's Trigger).
 	OnIngest func(cluster, node string)
-	Gatherer prometheus.Gatherer
+	// ClusterStates reports each cluster's API server reachability (the
+	// reconciler's Clusters); nil: every cluster is assumed reachable.
+	ClusterStates func() []repair.ClusterState
+	// StaleAfter is how long an agent may stay silent before its node's
+	// health is unknown (default 90s: three default heartbeats).
+	StaleAfter time.Duration
+	Gatherer   prometheus.Gatherer
 	// Registerer receives the API's metrics (optional).
 	Registerer prometheus.Registerer
 	Now        func() time.Time
@@ -100,6 +107,7 @@ func Handler(cfg Config) (http.Handler, error) {
 		r.Get("/repairs/{id}", s.getRepair)
 		r.Get("/nodes/{cluster}/{node}", s.getNode)
 		r.Get("/reasons", s.reasons)
+		r.Get("/clusters", s.listClusters)
 	})
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no such route: "+r.Method+" "+r.URL.Path, "", nil)
@@ -360,10 +368,14 @@ func (s *server) getRepair(w http.ResponseWriter, r *http.Request) {
 
 // NodeDetail is the body of GET /api/v1/nodes/{cluster}/{node}.
 type NodeDetail struct {
-	Node      Node              `json:"node"`
-	Diagnoses []Diagnosis       `json:"diagnoses"`
-	Findings  []finding.Finding `json:"findings"`
-	Repairs   []Repair          `json:"repairs"`
+	Node Node `json:"node"`
+	// Health is ok, failing or unknown (DESIGN.md decision 2: silence and an
+	// unreachable cluster are unknown, never healthy, never repaired on).
+	Health       string            `json:"health"`
+	HealthReason string            `json:"healthReason"`
+	Diagnoses    []Diagnosis       `json:"diagnoses"`
+	Findings     []finding.Finding `json:"findings"`
+	Repairs      []Repair          `json:"repairs"`
 }
 
 func (s *server) getNode(w http.ResponseWriter, r *http.Request) {
@@ -389,6 +401,7 @@ func (s *server) getNode(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := NodeDetail{Node: toNode(n), Diagnoses: []Diagnosis{}, Findings: fs, Repairs: []Repair{}}
+	out.Health, out.HealthReason = s.health(n, ds)
 	if out.Findings == nil {
 		out.Findings = []finding.Finding{}
 	}

@@ -73,3 +73,15 @@ capabilities:
 seccompProfile:
   type: RuntimeDefault
 {{- end -}}
+
+{{/* fleetrepair.agent.controllerURL is where agents report: agent.controllerURL,
+else this release's controller Service. */}}
+{{- define "fleetrepair.agent.controllerURL" -}}
+{{- if .Values.agent.controllerURL -}}
+{{- .Values.agent.controllerURL -}}
+{{- else if .Values.controller.enabled -}}
+{{- printf "http://%s.%s.svc:%v" (include "fleetrepair.controller.name" .) .Release.Namespace .Values.controller.service.port -}}
+{{- else -}}
+{{- fail "agent.controllerURL is required when controller.enabled is false: the URL of the controller serving this cluster" -}}
+{{- end -}}
+{{- end -}}

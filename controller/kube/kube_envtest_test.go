@@ -1,0 +1,484 @@
+package kube_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
+	"github.com/fleetrepair/fleetrepair/controller/kube"
+	"github.com/fleetrepair/fleetrepair/test/envtest"
+	"github.com/fleetrepair/fleetrepair/test/karpentersim"
+)
+
+// TestRealAPIServer runs the whole controller/kube surface and the simulated
+// Karpenter against a real kube-apiserver with the real Karpenter CRDs: the
+// CRDs' schemas and CEL rules validate every NodePool and NodeClaim, status
+// is a real subresource, deletion honours finalizers and UID preconditions,
+// and updates conflict on stale resourceVersions, none of which the client
+// fakes do. The subtests share one API server and run one after another,
+// each on its own NodePool and nodes.
+func TestRealAPIServer(t *testing.T) {
+	env := envtest.Start(t, envtest.Options{})
+	t.Run("NodeInfo", func(t *testing.T) { testNodeInfo(t, env) })
+	t.Run("SetConditionKeepsOtherWriters", func(t *testing.T) { testSetConditionKeepsOtherWriters(t, env) })
+	t.Run("QuarantineUnderConflicts", func(t *testing.T) { testQuarantineUnderConflicts(t, env) })
+	t.Run("RecordEvent", func(t *testing.T) { testRecordEvent(t, env) })
+	t.Run("StaleUIDRefusedByAPIServer", func(t *testing.T) { testStaleUIDRefused(t, env) })
+	t.Run("FinalizerHoldsNodeClaimUntilKarpenter", func(t *testing.T) { testFinalizerHolds(t, env) })
+	t.Run("SimulatedKarpenterRun", func(t *testing.T) { testSimRun(t, env) })
+}
+
+// realFleet creates NodePool pool and the named nodes (zone z1, 8 GPUs) with
+// the simulated Karpenter, which the real CRDs must accept.
+func realFleet(t *testing.T, env *envtest.Env, pool string, nodes ...string) (*kube.Cluster, *karpentersim.Sim) {
+	t.Helper()
+	ctx := context.Background()
+	sim := karpentersim.New(env.Client, 0)
+	if err := sim.CreateNodePool(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes {
+		if err := sim.CreateNode(ctx, karpentersim.NodeSpec{Name: n, NodePool: pool, Zone: "z1", InstanceType: "p5.48xlarge", GPUs: 8}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return kube.New("real", env.Client), sim
+}
+
+func testNodeInfo(t *testing.T, env *envtest.Env) {
+	ctx := context.Background()
+	k, _ := realFleet(t, env, "info", "info-1", "info-2")
+	info, err := k.NodeInfo(ctx, "info-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nc karpv1.NodeClaim
+	if err := env.Client.Get(ctx, client.ObjectKey{Name: "info-1-nc"}, &nc); err != nil {
+		t.Fatal(err)
+	}
+	if info.NodePool != "info" || info.Zone != "z1" || info.InstanceType != "p5.48xlarge" || !info.Ready ||
+		info.NodeClaim != "info-1-nc" || info.NodeClaimUID != nc.UID || info.ProviderID != "sim:///z1/info-1" {
+		t.Fatalf("NodeInfo = %+v, want NodeClaim info-1-nc uid %s", info, nc.UID)
+	}
+
+	// A NodeClaim that has not recorded the node's name yet is still found
+	// through the provider ID.
+	nc.Status.NodeName = ""
+	if err := env.Client.Status().Update(ctx, &nc); err != nil {
+		t.Fatal(err)
+	}
+	if info, err := k.NodeInfo(ctx, "info-1"); err != nil || info.NodeClaim != "info-1-nc" {
+		t.Fatalf("NodeInfo by providerID = %+v, %v", info, err)
+	}
+
+	// A node no NodeClaim owns is not an error.
+	if err := env.Client.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "info-static"}}); err != nil {
+		t.Fatal(err)
+	}
+	if info, err := k.NodeInfo(ctx, "info-static"); err != nil || info.NodeClaim != "" || info.NodeClaimUID != "" {
+		t.Fatalf("NodeInfo of a node without NodeClaim = %+v, %v", info, err)
+	}
+	if _, err := k.NodeInfo(ctx, "info-missing"); !apierrors.IsNotFound(err) {
+		t.Fatalf("NodeInfo(missing): err = %v, want a wrapped NotFound", err)
+	}
+}
+
+// patchForeignCondition sets a condition the way another agent does
+// (node-problem-detector, the kubelet): its own strategic-merge patch of
+// the status subresource, keyed by type.
+func patchForeignCondition(ctx context.Context, c client.Client, node string, cond corev1.NodeCondition) error {
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.NodeCondition{cond}}})
+	if err != nil {
+		return err
+	}
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}
+	return c.Status().Patch(ctx, n, client.RawPatch(types.StrategicMergePatchType, patch))
+}
+
+func conditions(t *testing.T, c client.Client, node string) map[corev1.NodeConditionType]corev1.NodeCondition {
+	t.Helper()
+	var n corev1.Node
+	if err := c.Get(context.Background(), client.ObjectKey{Name: node}, &n); err != nil {
+		t.Fatal(err)
+	}
+	out := map[corev1.NodeConditionType]corev1.NodeCondition{}
+	for _, c := range n.Status.Conditions {
+		out[c.Type] = c
+	}
+	return out
+}
+
+func testSetConditionKeepsOtherWriters(t *testing.T, env *envtest.Env) {
+	ctx := context.Background()
+	k, _ := realFleet(t, env, "cond", "cond-1")
+	const ours = corev1.NodeConditionType("FleetRepairAcceleratedHardwareReady")
+	// Whole seconds: the API server stores condition times at second precision.
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	npd := corev1.NodeCondition{Type: "KernelDeadlock", Status: corev1.ConditionFalse, Reason: "KernelHasNoDeadlock",
+		LastHeartbeatTime: metav1.NewTime(now), LastTransitionTime: metav1.NewTime(now)}
+	if err := patchForeignCondition(ctx, env.Client, "cond-1", npd); err != nil {
+		t.Fatal(err)
+	}
+
+	cond := corev1.NodeCondition{Type: ours, Status: corev1.ConditionFalse, Reason: "GPULost", Message: "xid 79"}
+	if err := k.SetCondition(ctx, "cond-1", cond, now); err != nil {
+		t.Fatal(err)
+	}
+	got := conditions(t, env.Client, "cond-1")
+	if len(got) != 3 || got[corev1.NodeReady].Status != corev1.ConditionTrue || got["KernelDeadlock"].Reason != "KernelHasNoDeadlock" ||
+		got[ours].Status != corev1.ConditionFalse || got[ours].Reason != "GPULost" {
+		t.Fatalf("conditions = %+v, want the kubelet's Ready, NPD's KernelDeadlock and ours", got)
+	}
+
+	// The same condition again writes nothing.
+	var before corev1.Node
+	_ = env.Client.Get(ctx, client.ObjectKey{Name: "cond-1"}, &before)
+	if err := k.SetCondition(ctx, "cond-1", cond, now.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	var after corev1.Node
+	_ = env.Client.Get(ctx, client.ObjectKey{Name: "cond-1"}, &after)
+	if after.ResourceVersion != before.ResourceVersion {
+		t.Fatalf("an unchanged condition was written (resourceVersion %s -> %s)", before.ResourceVersion, after.ResourceVersion)
+	}
+	// A new message with the same status keeps the transition time.
+	cond.Message = "xid 79 on GPU 3"
+	if err := k.SetCondition(ctx, "cond-1", cond, now.Add(2*time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if c := conditions(t, env.Client, "cond-1")[ours]; !c.LastTransitionTime.Time.Equal(now) || !c.LastHeartbeatTime.Time.Equal(now.Add(2*time.Minute)) {
+		t.Fatalf("after a message change: transition %s heartbeat %s, want %s and %s", c.LastTransitionTime, c.LastHeartbeatTime, now, now.Add(2*time.Minute))
+	}
+
+	// Another writer patches its condition while we flip ours: neither
+	// clobbers the other, whatever the interleaving.
+	var wg sync.WaitGroup
+	errs := make(chan error, 2)
+	wg.Go(func() {
+		for i := range 30 {
+			c := npd
+			c.LastHeartbeatTime = metav1.NewTime(now.Add(time.Duration(i) * time.Second))
+			c.Message = fmt.Sprintf("heartbeat %d", i)
+			if err := patchForeignCondition(ctx, env.Client, "cond-1", c); err != nil {
+				errs <- err
+				return
+			}
+		}
+	})
+	wg.Go(func() {
+		for i := range 20 {
+			c := cond
+			if i%2 == 0 {
+				c.Status, c.Reason = corev1.ConditionTrue, "NoFault"
+			}
+			if err := k.SetCondition(ctx, "cond-1", c, now.Add(time.Duration(3+i)*time.Minute)); err != nil {
+				errs <- err
+				return
+			}
+		}
+	})
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	got = conditions(t, env.Client, "cond-1")
+	if len(got) != 3 || got[corev1.NodeReady].Status != corev1.ConditionTrue || got["KernelDeadlock"].Message != "heartbeat 29" ||
+		got[ours].Status != corev1.ConditionFalse || got[ours].Reason != "GPULost" {
+		t.Fatalf("conditions after concurrent writers = %+v", got)
+	}
+}
+
+func testQuarantineUnderConflicts(t *testing.T, env *envtest.Env) {
+	ctx := context.Background()
+	k, _ := realFleet(t, env, "taint", "taint-1")
+	gpuTaint := corev1.Taint{Key: "nvidia.com/gpu", Value: "present", Effect: corev1.TaintEffectNoSchedule}
+	var n corev1.Node
+	if err := env.Client.Get(ctx, client.ObjectKey{Name: "taint-1"}, &n); err != nil {
+		t.Fatal(err)
+	}
+	n.Spec.Taints = append(n.Spec.Taints, gpuTaint)
+	if err := env.Client.Update(ctx, &n); err != nil {
+		t.Fatal(err)
+	}
+
+	// Another writer keeps updating the node's labels, so our read-modify-
+	// write of the taints meets stale resourceVersions and must retry.
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	writes := 0
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			var n corev1.Node
+			if err := env.Client.Get(ctx, client.ObjectKey{Name: "taint-1"}, &n); err != nil {
+				return
+			}
+			n.Labels[fmt.Sprintf("writer/%d", writes%5)] = fmt.Sprint(writes)
+			if env.Client.Update(ctx, &n) == nil {
+				writes++
+			}
+		}
+	})
+	for range 10 {
+		if err := k.SetQuarantine(ctx, "taint-1", true, "GPULost"); err != nil {
+			close(stop)
+			wg.Wait()
+			t.Fatal(err)
+		}
+		if err := k.SetQuarantine(ctx, "taint-1", false, ""); err != nil {
+			close(stop)
+			wg.Wait()
+			t.Fatal(err)
+		}
+	}
+	if err := k.SetQuarantine(ctx, "taint-1", true, "GPULost"); err != nil {
+		t.Fatal(err)
+	}
+	close(stop)
+	wg.Wait()
+	if err := env.Client.Get(ctx, client.ObjectKey{Name: "taint-1"}, &n); err != nil {
+		t.Fatal(err)
+	}
+	if len(n.Spec.Taints) != 2 || n.Spec.Taints[0] != gpuTaint || n.Spec.Taints[1].Key != kube.QuarantineTaintKey ||
+		n.Spec.Taints[1].Effect != corev1.TaintEffectNoSchedule || n.Spec.Taints[1].Value != "GPULost" {
+		t.Fatalf("taints = %+v, want the GPU taint kept and one quarantine taint", n.Spec.Taints)
+	}
+	if writes == 0 || len(n.Labels) < 5 {
+		t.Fatalf("the other writer made %d updates (labels %v): no contention was tested", writes, n.Labels)
+	}
+	t.Logf("quarantine held through %d concurrent node updates", writes)
+	if err := k.SetQuarantine(ctx, "taint-1", false, ""); err != nil {
+		t.Fatal(err)
+	}
+	if q, err := k.Quarantined(ctx, "taint-1"); err != nil || q {
+		t.Fatalf("Quarantined after removal = %v, %v", q, err)
+	}
+}
+
+func testRecordEvent(t *testing.T, env *envtest.Env) {
+	ctx := context.Background()
+	k, _ := realFleet(t, env, "event", "event-1")
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	for range 3 {
+		if err := k.RecordEvent(ctx, "event-1", corev1.EventTypeWarning, "GPULost", "xid 79", "diagnosis-1", now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := k.RecordEvent(ctx, "event-1", corev1.EventTypeWarning, "GPULost", "xid 79 again", "diagnosis-2", now); err != nil {
+		t.Fatal(err)
+	}
+	var evs corev1.EventList
+	if err := env.Client.List(ctx, &evs, client.InNamespace(metav1.NamespaceDefault)); err != nil {
+		t.Fatal(err)
+	}
+	var ours []corev1.Event
+	for _, ev := range evs.Items {
+		if ev.InvolvedObject.Name == "event-1" {
+			ours = append(ours, ev)
+		}
+	}
+	if len(ours) != 2 {
+		t.Fatalf("events on event-1 = %d, want 2 (one per key)", len(ours))
+	}
+	for _, ev := range ours {
+		if ev.InvolvedObject.Kind != "Node" || ev.Source.Component != kube.EventSource || ev.Reason != "GPULost" || ev.Type != corev1.EventTypeWarning {
+			t.Fatalf("event = %+v", ev)
+		}
+	}
+}
+
+// replaceNodeClaim deletes the NodeClaim (finalizing it as Karpenter would)
+// and creates another under the same name: same name, new UID.
+func replaceNodeClaim(ctx context.Context, c client.Client, name string) (types.UID, error) {
+	var nc karpv1.NodeClaim
+	if err := c.Get(ctx, client.ObjectKey{Name: name}, &nc); err != nil {
+		return "", err
+	}
+	fresh := &karpv1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: nc.Labels}, Spec: nc.Spec}
+	nc.Finalizers = nil
+	if err := c.Update(ctx, &nc); err != nil {
+		return "", err
+	}
+	if err := c.Delete(ctx, &nc); err != nil {
+		return "", err
+	}
+	if err := c.Create(ctx, fresh); err != nil {
+		return "", err
+	}
+	return fresh.UID, nil
+}
+
+func testStaleUIDRefused(t *testing.T, env *envtest.Env) {
+	ctx := context.Background()
+	k, _ := realFleet(t, env, "uid", "uid-1", "uid-2")
+
+	// The API server itself refuses a delete whose UID precondition is stale.
+	var nc karpv1.NodeClaim
+	if err := env.Client.Get(ctx, client.ObjectKey{Name: "uid-1-nc"}, &nc); err != nil {
+		t.Fatal(err)
+	}
+	stale := types.UID("0d6c4a8e-5c43-4a3e-9f43-000000000000")
+	err := env.Client.Delete(ctx, &nc, client.Preconditions{UID: &stale})
+	if !apierrors.IsConflict(err) {
+		t.Fatalf("delete with a stale UID precondition: err = %v, want 409 Conflict from the API server", err)
+	}
+	if gone, err := k.NodeClaimGone(ctx, "uid-1-nc", nc.UID); err != nil || gone {
+		t.Fatalf("NodeClaim gone = %v, %v after a refused delete", gone, err)
+	}
+
+	// The NodeClaim was replaced under the same name since the repair
+	// recorded its UID: nothing is deleted.
+	info, err := k.NodeInfo(ctx, "uid-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	newUID, err := replaceNodeClaim(ctx, env.Client, "uid-1-nc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if issued, err := k.DeleteNodeClaim(ctx, "uid-1-nc", info.NodeClaimUID); !errors.Is(err, kube.ErrUIDChanged) || issued {
+		t.Fatalf("DeleteNodeClaim(recorded uid) after replacement: issued=%v err=%v, want ErrUIDChanged", issued, err)
+	}
+	if gone, err := k.NodeClaimGone(ctx, "uid-1-nc", info.NodeClaimUID); err != nil || !gone {
+		t.Fatalf("NodeClaimGone(old uid) = %v, %v, want true (replaced)", gone, err)
+	}
+	if gone, _ := k.NodeClaimGone(ctx, "uid-1-nc", newUID); gone {
+		t.Fatal("the replacement NodeClaim was deleted")
+	}
+
+	// The replacement happens between DeleteNodeClaim's read and its delete
+	// call: only the API server's precondition stands in the way, and it
+	// refuses.
+	info, err = k.NodeInfo(ctx, "uid-2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: kube.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var racedUID types.UID
+	raced := interceptor.NewClient(wc, interceptor.Funcs{
+		Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+			if racedUID == "" {
+				uid, err := replaceNodeClaim(ctx, c, obj.GetName())
+				if err != nil {
+					return err
+				}
+				racedUID = uid
+			}
+			return c.Delete(ctx, obj, opts...)
+		},
+	})
+	issued, err := kube.New("raced", raced).DeleteNodeClaim(ctx, "uid-2-nc", info.NodeClaimUID)
+	if !errors.Is(err, kube.ErrUIDChanged) || !apierrors.IsConflict(err) || issued {
+		t.Fatalf("DeleteNodeClaim racing a replacement: issued=%v err=%v, want ErrUIDChanged wrapping the API server's Conflict", issued, err)
+	}
+	var live karpv1.NodeClaim
+	if err := env.Client.Get(ctx, client.ObjectKey{Name: "uid-2-nc"}, &live); err != nil || live.UID != racedUID || live.DeletionTimestamp != nil {
+		t.Fatalf("replacement NodeClaim after the refused delete: uid %s (want %s), deleting %v, err %v", live.UID, racedUID, live.DeletionTimestamp, err)
+	}
+}
+
+func testFinalizerHolds(t *testing.T, env *envtest.Env) {
+	ctx := context.Background()
+	k, sim := realFleet(t, env, "fin", "fin-1")
+	info, err := k.NodeInfo(ctx, "fin-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if issued, err := k.DeleteNodeClaim(ctx, info.NodeClaim, info.NodeClaimUID); err != nil || !issued {
+		t.Fatalf("DeleteNodeClaim: issued=%v err=%v", issued, err)
+	}
+	// Karpenter's termination finalizer keeps the NodeClaim, marked for
+	// deletion, until Karpenter has drained and terminated the node.
+	var nc karpv1.NodeClaim
+	if err := env.Client.Get(ctx, client.ObjectKey{Name: info.NodeClaim}, &nc); err != nil {
+		t.Fatalf("NodeClaim gone before Karpenter finalized it: %v", err)
+	}
+	if nc.DeletionTimestamp == nil || len(nc.Finalizers) != 1 || nc.Finalizers[0] != karpv1.TerminationFinalizer {
+		t.Fatalf("NodeClaim after delete: deletionTimestamp %v finalizers %v", nc.DeletionTimestamp, nc.Finalizers)
+	}
+	if gone, err := k.NodeClaimGone(ctx, info.NodeClaim, info.NodeClaimUID); err != nil || gone {
+		t.Fatalf("NodeClaimGone while finalizing = %v, %v", gone, err)
+	}
+	if issued, err := k.DeleteNodeClaim(ctx, info.NodeClaim, info.NodeClaimUID); err != nil || issued {
+		t.Fatalf("second DeleteNodeClaim: issued=%v err=%v, want nothing sent (already deleting)", issued, err)
+	}
+
+	if err := sim.Step(ctx, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if gone, err := k.NodeClaimGone(ctx, info.NodeClaim, info.NodeClaimUID); err != nil || !gone {
+		t.Fatalf("NodeClaimGone after Karpenter finalized = %v, %v", gone, err)
+	}
+	if _, err := k.NodeInfo(ctx, "fin-1"); !apierrors.IsNotFound(err) {
+		t.Fatalf("old node: err = %v, want NotFound", err)
+	}
+	reps := sim.Replacements()
+	if len(reps) != 1 || reps[0].OldNode != "fin-1" || reps[0].OldNodeClaim != info.NodeClaim {
+		t.Fatalf("replacements = %+v", reps)
+	}
+	repl, err := k.NodeInfo(ctx, reps[0].NewNode)
+	if err != nil || repl.NodePool != "fin" || repl.Zone != "z1" || repl.InstanceType != "p5.48xlarge" || !repl.Ready ||
+		repl.NodeClaim != reps[0].NewNodeClaim || repl.NodeClaimUID == "" {
+		t.Fatalf("replacement = %+v, %v", repl, err)
+	}
+	names, err := k.NodeNames(ctx, func(cs []corev1.NodeCondition) bool { return len(cs) > 0 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, n := range names {
+		found = found || n == reps[0].NewNode
+		if n == "fin-1" {
+			t.Fatalf("NodeNames lists the removed node: %v", names)
+		}
+	}
+	if !found {
+		t.Fatalf("NodeNames = %v, want the replacement %s", names, reps[0].NewNode)
+	}
+}
+
+func testSimRun(t *testing.T, env *envtest.Env) {
+	ctx, cancel := context.WithCancel(context.Background())
+	k, sim := realFleet(t, env, "run", "run-1")
+	info, err := k.NodeInfo(ctx, "run-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- sim.Run(ctx, 20*time.Millisecond) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("sim.Run: %v", err)
+		}
+	}()
+	if _, err := k.DeleteNodeClaim(ctx, info.NodeClaim, info.NodeClaimUID); err != nil {
+		t.Fatal(err)
+	}
+	envtest.WaitFor(t, 10*time.Second, "the simulated Karpenter to replace run-1", func(ctx context.Context) (bool, error) {
+		return k.NodeClaimGone(ctx, info.NodeClaim, info.NodeClaimUID)
+	})
+	envtest.WaitFor(t, 10*time.Second, "the replacement node", func(context.Context) (bool, error) {
+		return len(sim.Replacements()) == 1, nil
+	})
+}
