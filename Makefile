@@ -53,3 +53,9 @@ bench-agent:
 
 clean:
 	rm -rf $(BIN)
+
+## kube-tools: kube-apiserver, etcd and helm for the Kubernetes tests (test/envtest, test/kubeapi), built once
+## from the Go module proxy into .tools/kube by their own modules under test/tools; rebuilt only when a version changes
+.PHONY: kube-tools
+kube-tools:
+	bash test/tools/build.sh .tools/kube

@@ -66,7 +66,7 @@ func FuzzDetect(f *testing.F) {
 
 // valid checks what the controller's Report.Validate requires of a finding.
 func valid(f finding.Finding) error {
-	r := finding.Report{SchemaVersion: finding.SchemaVersion, Cluster: "c", Node: "n", Findings: []finding.Finding{f}}
+	r := finding.Report{SchemaVersion: finding.SchemaVersion, Cluster: "c", Node: "n", BootID: "b", Findings: []finding.Finding{f}}
 	if err := r.Validate(); err != nil {
 		return err
 	}

@@ -121,7 +121,7 @@ type Finding struct {
 	BootID string `json:"bootID,omitempty"`
 	// Time is when the fault happened, from the kernel record's timestamp when
 	// it has one, else when the agent read it. Zero when unknown (dmesg -H deltas).
-	Time time.Time `json:"time"`
+	Time time.Time `json:"time,omitzero"`
 	// GPUPCI is the PCI address of the affected GPU, normalised to
 	// "0000:bb:dd.f" lower case; empty when the fact is not about one GPU.
 	GPUPCI string `json:"gpuPCI,omitempty"`
@@ -226,6 +226,45 @@ type Report struct {
 // controller's memory.
 const MaxFindingsPerReport = 1000
 
+// Bounds of a Report's fields, checked by Validate.
+const (
+	MaxNameLength     = 253       // cluster and node names (a DNS subdomain)
+	MaxDetectorLength = 64        // detector names
+	MaxXid            = 1 << 16   // Xid numbers are small; anything larger is garbage
+	MaxCount          = 1<<31 - 1 // counts fit PostgreSQL's integer
+)
+
+// Sanitize makes every string of the report storable without losing
+// information: NUL bytes, which PostgreSQL text cannot hold, become the
+// kernel's own escape `\x00` (a kernel line read from a text file may carry
+// them). Call it before Validate.
+func (r *Report) Sanitize() {
+	r.Cluster, r.Node, r.BootID = escapeNUL(r.Cluster), escapeNUL(r.Node), escapeNUL(r.BootID)
+	for i := range r.Findings {
+		f := &r.Findings[i]
+		f.ID, f.Node, f.BootID, f.Detector = escapeNUL(f.ID), escapeNUL(f.Node), escapeNUL(f.BootID), escapeNUL(f.Detector)
+		f.GPUPCI, f.DevicePCI = escapeNUL(f.GPUPCI), escapeNUL(f.DevicePCI)
+		for j, e := range f.Evidence {
+			f.Evidence[j] = escapeNUL(e)
+		}
+		if len(f.Attrs) > 0 {
+			attrs := make(map[string]string, len(f.Attrs))
+			for k, v := range f.Attrs {
+				attrs[escapeNUL(k)] = escapeNUL(v)
+			}
+			f.Attrs = attrs
+		}
+	}
+}
+
+// escapeNUL replaces each NUL byte with the four characters \x00.
+func escapeNUL(s string) string {
+	if strings.IndexByte(s, 0) < 0 {
+		return s
+	}
+	return strings.ReplaceAll(s, "\x00", `\x00`)
+}
+
 // ValidationError lists every problem found in a Report, one message per field
 // (for example "findings[3].detector: required").
 type ValidationError struct {
@@ -245,10 +284,18 @@ func (r *Report) Validate() error {
 	}
 	if r.Cluster == "" {
 		p = append(p, "cluster: required")
+	} else if len(r.Cluster) > MaxNameLength {
+		p = append(p, fmt.Sprintf("cluster: longer than %d characters", MaxNameLength))
 	}
 	if r.Node == "" {
 		p = append(p, "node: required")
+	} else if len(r.Node) > MaxNameLength {
+		p = append(p, fmt.Sprintf("node: longer than %d characters", MaxNameLength))
 	}
+	if r.BootID == "" {
+		p = append(p, "bootID: required (the agent reads /proc/sys/kernel/random/boot_id)")
+	}
+	seen := make(map[string]int, len(r.Findings))
 	if len(r.Findings) > MaxFindingsPerReport {
 		p = append(p, fmt.Sprintf("findings: %d findings exceed the limit of %d per report", len(r.Findings), MaxFindingsPerReport))
 	}
@@ -258,9 +305,29 @@ func (r *Report) Validate() error {
 			p = append(p, at+".id: required")
 		} else if len(f.ID) > 128 {
 			p = append(p, at+".id: longer than 128 characters")
+		} else if j, dup := seen[f.ID]; dup {
+			p = append(p, fmt.Sprintf("%s.id: %q repeats findings[%d].id (IDs are idempotency keys)", at, f.ID, j))
+		} else {
+			seen[f.ID] = i
 		}
 		if f.Detector == "" {
 			p = append(p, at+".detector: required")
+		} else if len(f.Detector) > MaxDetectorLength {
+			p = append(p, fmt.Sprintf("%s.detector: longer than %d characters", at, MaxDetectorLength))
+		}
+		for _, pci := range []struct{ name, v string }{{"gpuPCI", f.GPUPCI}, {"devicePCI", f.DevicePCI}} {
+			if pci.v == "" {
+				continue
+			}
+			if n, err := NormalizePCI(pci.v); err != nil || n != pci.v {
+				p = append(p, fmt.Sprintf("%s.%s: %q is not a PCI address in the form 0000:3b:00.0", at, pci.name, pci.v))
+			}
+		}
+		if f.Count > MaxCount {
+			p = append(p, fmt.Sprintf("%s.count: larger than %d", at, MaxCount))
+		}
+		if f.Xid > MaxXid {
+			p = append(p, fmt.Sprintf("%s.xid: %d is not an Xid number", at, f.Xid))
 		}
 		if f.Node != "" && f.Node != r.Node {
 			p = append(p, fmt.Sprintf("%s.node: %q differs from the report's node %q (an agent reports only for its own node)", at, f.Node, r.Node))

@@ -18,7 +18,7 @@ import (
 func BenchmarkEnqueue(b *testing.B) {
 	newUplink := func(b *testing.B, size int) *Uplink {
 		b.Helper()
-		u, err := New(Config{URL: "http://127.0.0.1:9", Cluster: "c1", Node: "node-a1", QueueSize: size,
+		u, err := New(Config{URL: "http://127.0.0.1:9", Cluster: "c1", Node: "node-a1", BootID: "boot-1", QueueSize: size,
 			Logger: slog.New(slog.DiscardHandler), Registerer: prometheus.NewRegistry()})
 		if err != nil {
 			b.Fatal(err)

@@ -196,6 +196,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Node == "" {
 		p = append(p, errors.New("node: required"))
 	}
+	if c.BootID == "" {
+		p = append(p, errors.New("bootID: required (the controller scopes evidence by boot)"))
+	}
 	if c.Token != "" && c.TokenFile != "" {
 		p = append(p, errors.New("token and tokenFile: set at most one"))
 	}

@@ -170,7 +170,7 @@ func (u *Uplink) Enqueue(f finding.Finding) {
 // finding.Report.Validate is logged and ignored: the previous one is kept, so
 // a bad monitor state cannot get whole reports rejected.
 func (u *Uplink) SetHeartbeat(hb finding.Heartbeat) {
-	r := finding.Report{SchemaVersion: finding.SchemaVersion, Cluster: u.cfg.Cluster, Node: u.cfg.Node, Heartbeat: &hb}
+	r := finding.Report{SchemaVersion: finding.SchemaVersion, Cluster: u.cfg.Cluster, Node: u.cfg.Node, BootID: u.cfg.BootID, Heartbeat: &hb}
 	if err := r.Validate(); err != nil {
 		u.log.Error("ignore invalid heartbeat", "err", err)
 		return
@@ -356,7 +356,7 @@ func (u *Uplink) prepare(batch []finding.Finding) []finding.Finding {
 		if f.ID == "" {
 			f.ID = finding.NewID(f)
 		}
-		r := finding.Report{SchemaVersion: finding.SchemaVersion, Cluster: u.cfg.Cluster, Node: u.cfg.Node,
+		r := finding.Report{SchemaVersion: finding.SchemaVersion, Cluster: u.cfg.Cluster, Node: u.cfg.Node, BootID: u.cfg.BootID,
 			Findings: []finding.Finding{f}}
 		if err := r.Validate(); err != nil {
 			if invalid == 0 {

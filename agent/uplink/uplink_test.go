@@ -17,7 +17,7 @@ import (
 
 func TestNewValidatesConfig(t *testing.T) {
 	t.Parallel()
-	valid := func() Config { return Config{URL: "https://ctl.example:8443/", Cluster: "c1", Node: "n1"} }
+	valid := func() Config { return Config{URL: "https://ctl.example:8443/", Cluster: "c1", Node: "n1", BootID: "b1"} }
 	tests := []struct {
 		name    string
 		mutate  func(*Config)
@@ -30,6 +30,7 @@ func TestNewValidatesConfig(t *testing.T) {
 		{"url with query", func(c *Config) { c.URL = "http://x/?a=b" }, "without query"},
 		{"missing cluster", func(c *Config) { c.Cluster = "" }, "cluster: required"},
 		{"missing node", func(c *Config) { c.Node = "" }, "node: required"},
+		{"missing boot id", func(c *Config) { c.BootID = "" }, "bootID: required"},
 		{"token and file", func(c *Config) { c.Token, c.TokenFile = "a", "/b" }, "set at most one"},
 		{"batch too big", func(c *Config) { c.BatchSize = finding.MaxFindingsPerReport + 1 }, "batchSize: 1001 is not in 1..1000"},
 		{"batch negative", func(c *Config) { c.BatchSize = -1 }, "batchSize"},
@@ -355,7 +356,7 @@ func TestRetryUntilAccepted(t *testing.T) {
 
 func TestRetryWait(t *testing.T) {
 	t.Parallel()
-	u, err := New(Config{URL: "http://x", Cluster: "c", Node: "n", RetryMaxInterval: 30 * time.Second})
+	u, err := New(Config{URL: "http://x", Cluster: "c", Node: "n", BootID: "b", RetryMaxInterval: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

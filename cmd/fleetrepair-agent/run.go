@@ -48,7 +48,7 @@ type runOptions struct {
 	hostRoot, instanceType, dcgmAddress     string
 	criSocket, kubeletHealthz               string
 	expectedGPUs                            int
-	monitorInterval                         time.Duration
+	monitorInterval, kmsgCoalesce           time.Duration
 	noNVML, noDCGM, noSysfs, noStuckProcess bool
 }
 
@@ -77,6 +77,7 @@ serves /metrics and /livez on --listen.`,
 	f.StringVar(&o.tokenFile, "token-file", os.Getenv("FLEETREPAIR_TOKEN_FILE"), "file holding the bearer token, re-read on every request (projected ServiceAccount token)")
 	f.StringVar(&o.kmsgPath, "kmsg", kmsg.DevKmsgPath, "kernel log device")
 	f.BoolVar(&o.seekEnd, "kmsg-seek-end", false, "start at the end of the kernel ring buffer (default: from the oldest record, to catch faults from before the agent started)")
+	f.DurationVar(&o.kmsgCoalesce, "kmsg-coalesce", 20*time.Millisecond, "once caught up with the kernel log, wait this long before waiting for the next record (one wake-up per burst, not per record); 0 disables")
 	f.BoolVar(&o.acceptUser, "accept-user-facility", false, "TESTS ONLY: also accept records written to /dev/kmsg from user space")
 	f.StringVar(&o.replay, "replay", "", "replay this kernel-log file instead of reading --kmsg (demos, tests)")
 	f.StringVar(&o.replayFormat, "replay-format", "auto", "format of --replay: "+formatNames())
@@ -201,7 +202,7 @@ func runAgent(ctx context.Context, o runOptions, s streams) error {
 		}
 		src = pipeline.Replay{Path: o.replay, Format: format}
 	} else {
-		r, err := kmsg.Open(kmsg.ReaderOptions{Path: o.kmsgPath, SeekEnd: o.seekEnd, AcceptUserFacility: o.acceptUser})
+		r, err := kmsg.Open(kmsg.ReaderOptions{Path: o.kmsgPath, SeekEnd: o.seekEnd, AcceptUserFacility: o.acceptUser, Coalesce: o.kmsgCoalesce})
 		if err != nil {
 			return fmt.Errorf("open kernel log: %w", err)
 		}

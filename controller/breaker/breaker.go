@@ -204,11 +204,19 @@ func (p *Policy) Config() Config { return p.cfg }
 // event on every node of a DCGM image (c17), is the correlation the breaker
 // exists for, even though per node it is only an event.
 //
+// A new failure (a finding arrived) is a plain signal at its time. A node
+// whose condition is still active sends Ongoing signals (At = now at each
+// evaluation): they keep an open breaker of its cohorts from cooling down
+// while its nodes stay broken (a zone outage lasts longer than a cool-down),
+// but count towards no trip and not towards the ceiling, so conditions that
+// linger (a repair waiting for approval) do not pile up into a false trip.
+//
 // The caller drops a node's signals when the node's cohort attributes change
 // (a rollout or a rollback): they describe its old configuration.
 type Signal struct {
-	Node string    `json:"node"`
-	At   time.Time `json:"at"`
+	Node    string    `json:"node"`
+	At      time.Time `json:"at"`
+	Ongoing bool      `json:"ongoing,omitempty"`
 }
 
 // Scope says what a breaker or decision covers.
@@ -405,9 +413,9 @@ var ErrNotOpen = errors.New("breaker is not open")
 
 // nodeSignals is one node's signals as Evaluate sees them.
 type nodeSignals struct {
-	first, last time.Time // bounds of the signals within the window
-	newest      time.Time // newest signal at or before now (any age)
-	inWindow    bool
+	first, last time.Time // bounds of the new-failure signals within the window
+	newest      time.Time // newest signal at or before now (any age, ongoing included)
+	inWindow    bool      // a new-failure signal lies within the window
 }
 
 // Evaluate returns the breaker state at now given the fleet, the failure
@@ -434,7 +442,7 @@ func (p *Policy) Evaluate(now time.Time, fleet *Fleet, signals []Signal, prior S
 		if s.At.After(ns.newest) {
 			ns.newest = s.At
 		}
-		if s.At.After(from) {
+		if !s.Ongoing && s.At.After(from) {
 			if !ns.inWindow || s.At.Before(ns.first) {
 				ns.first = s.At
 			}

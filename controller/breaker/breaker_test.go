@@ -61,10 +61,11 @@ func names(prefix string, from, to int) []string {
 // step is one evaluation of a breaker test timeline: at offset at, signals
 // for fail are added, then optional human actions, then Evaluate.
 type step struct {
-	at     time.Duration
-	fail   []string
-	resume string
-	kill   *bool
+	at      time.Duration
+	fail    []string
+	ongoing []string // nodes still failing (active condition)
+	resume  string
+	kill    *bool
 	// checks after Evaluate
 	wantOpen    []string // exactly these cohort breakers open (nil: not checked)
 	wantCeiling *bool
@@ -183,6 +184,18 @@ func TestEvaluate(t *testing.T) {
 			wantTrips: []string{"driver_version=610.57.04"},
 		},
 		{
+			name: "ongoing failures keep a breaker open past its cool-down but never trip one", nodes: render,
+			steps: []step{
+				{at: 0, ongoing: names("node-r", 1, 48), wantOpen: []string{}, wantCeiling: ptr(false)},
+				{at: time.Minute, fail: names("node-r", 1, 10), wantOpen: []string{"driver_version=610.57.04"}},
+				{at: 30 * time.Minute, ongoing: names("node-r", 1, 10), wantOpen: []string{"driver_version=610.57.04"}},
+				{at: 45 * time.Minute, ongoing: []string{"node-r2"}, wantOpen: []string{"driver_version=610.57.04"}},
+				{at: 59 * time.Minute, wantOpen: []string{"driver_version=610.57.04"}},
+				{at: 60 * time.Minute, wantOpen: []string{}}, // 45m + 15m cool-down
+			},
+			wantTrips: []string{"driver_version=610.57.04"},
+		},
+		{
 			name: "resume closes at once; acknowledged failures do not re-trip, new ones do", nodes: render,
 			steps: []step{
 				{at: 0, fail: names("node-r", 1, 10), wantOpen: []string{"driver_version=610.57.04"}},
@@ -230,6 +243,9 @@ func TestEvaluate(t *testing.T) {
 				now := t0.Add(s.at)
 				for _, n := range s.fail {
 					sigs = append(sigs, Signal{Node: n, At: now})
+				}
+				for _, n := range s.ongoing {
+					sigs = append(sigs, Signal{Node: n, At: now, Ongoing: true})
 				}
 				if s.kill != nil {
 					st, _ = SetKillSwitch(st, *s.kill, "oncall@example.invalid", "test", now)

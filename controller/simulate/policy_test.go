@@ -11,7 +11,7 @@ scenario: policies
 parameters: {repair_toleration: 10m, tick: 1m}
 fleet:
   nodepools:
-    - {name: a, zones: {zone-a: 10}, node_name_prefix: a, driver_version: "1"}
+    - {name: a, zones: {zone-a: 40}, node_name_prefix: a, driver_version: "1"}
     - {name: b, zones: {zone-a: 10}, node_name_prefix: b, driver_version: "1"}
 `
 
@@ -32,7 +32,7 @@ func TestPolicies(t *testing.T) {
 		approval []string // fleetrepair: awaiting approval
 	}{
 		{
-			name: "karpenter repairs a pool at 10% and blocks one above 20%", policy: PolicyKarpenter,
+			name: "karpenter repairs a pool at 2.5% and blocks one above 20%", policy: PolicyKarpenter,
 			yaml: twoPools + `timeline:
   - {at: 0m, kind: inject, select: {nodes: [a1]}, findings: ` + gpuLost + `}
   - {at: 0m, kind: inject, select: {nodes: [b1, b2, b3]}, findings: ` + gpuLost + `}
@@ -50,12 +50,12 @@ func TestPolicies(t *testing.T) {
 			name: "nvsentinel trips above 50% in 5 minutes and stays tripped", policy: PolicyNVSentinel,
 			yaml: twoPools + `timeline:
   - {at: 0m, kind: inject, select: {pool_any: x, count: 0}, findings: ` + gpuLost + `}
-  - {at: 1m, kind: inject, select: {count: 11}, findings: ` + gpuLost + `}
+  - {at: 1m, kind: inject, select: {count: 26}, findings: ` + gpuLost + `}
   - {at: 2h, kind: checkpoint, expect: {deletions: 0}}`,
 			trips: 1, heldBy: "circuit breaker tripped",
 		},
 		{
-			name: "fleetrepair: 3 of 10 in one pool vs 1 of 10 is not concentrated enough", policy: PolicyFleetRepair,
+			name: "fleetrepair: 3 of 10 in one pool vs 1 of 40 is not concentrated enough", policy: PolicyFleetRepair,
 			yaml: twoPools + `timeline:
   - {at: 0m, kind: inject, select: {nodes: [a1, b1, b2, b3]}, findings: ` + gpuLost + `}
   - {at: 30m, kind: checkpoint, expect: {deletions: 4, breaker: {tripped: false}}}`,
@@ -88,7 +88,7 @@ func TestPolicies(t *testing.T) {
 			name: "fleetrepair: on-call resume releases held repairs", policy: PolicyFleetRepair,
 			yaml: twoPools + `timeline:
   - {at: 0m, kind: inject, select: {nodepool: b, count: 6}, findings: ` + gpuLost + `}
-  - {at: 20m, kind: checkpoint, expect: {deletions: 0, breaker: {tripped: true}}}
+  - {at: 19m, kind: checkpoint, expect: {deletions: 0, breaker: {tripped: true}}}
   - {at: 20m, kind: resume, cohort: nodepool=b, actor: oncall@example.invalid}
   - {at: 21m, kind: checkpoint, expect: {deletions: 6, breaker: {tripped: false}}}`,
 			trips: 1, heldBy: "breaker nodepool=b open",

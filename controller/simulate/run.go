@@ -811,16 +811,18 @@ func (r *replay) fleetRepairStep(t time.Duration, now time.Time, candidates []*s
 	horizon := now.Add(-2 * r.bp.Config().Window)
 	r.signals = slices.DeleteFunc(r.signals, func(s breaker.Signal) bool { return s.At.Before(horizon) })
 	// A condition is a state, an event a point in time: a node whose
-	// condition-severity diagnosis is still active signals at every
-	// evaluation, so a breaker stays open while its nodes stay broken and
-	// cools down only once they stop failing.
+	// condition is still active sends an ongoing signal at every evaluation,
+	// which keeps its cohort's breaker open while it stays broken (a zone
+	// outage outlasts a cool-down) without counting towards a trip. Repairs
+	// parked for on-call approval are on a human's desk already and send
+	// none, so one lingering condition does not hold a breaker open for days.
 	sigs := r.signals
 	for _, n := range r.nodes {
-		if n.joined && n.head.Severity == catalog.SeverityCondition && n.head.FaultClass != "none" {
+		if n.joined && n.head.Severity == catalog.SeverityCondition && n.head.FaultClass != "none" && n.state != stateApproval {
 			if len(sigs) == len(r.signals) {
 				sigs = slices.Clip(sigs)
 			}
-			sigs = append(sigs, breaker.Signal{Node: n.name, At: now})
+			sigs = append(sigs, breaker.Signal{Node: n.name, At: now, Ongoing: true})
 		}
 	}
 	var ds []breaker.Decision

@@ -444,12 +444,13 @@ func parseFleet(j json.RawMessage) (FleetSpec, error) {
 	seen := map[string]bool{}
 	for i, m := range raw.NodePools {
 		p := NodePoolSpec{Zones: map[string]int{}, Attrs: map[string]string{}, Groups: map[string]int{}}
-		p.Name, _ = m["name"].(string)
+		p.Name, _ = scalar(m["name"])
 		if p.Name == "" || seen[p.Name] {
 			return f, fmt.Errorf("fleet.nodepools[%d]: a unique name is required", i)
 		}
 		seen[p.Name] = true
-		p.Prefix, _ = m["node_name_prefix"].(string)
+		// scalar: YAML 1.1 reads a bare n or y as a boolean.
+		p.Prefix, _ = scalar(m["node_name_prefix"])
 		if p.Prefix == "" {
 			p.Prefix = p.Name + "-"
 		}

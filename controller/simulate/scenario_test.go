@@ -39,7 +39,7 @@ const minimal = `
 scenario: test
 fleet:
   nodepools:
-    - {name: p, zones: {zone-a: 2, zone-b: 1}, node_name_prefix: n, driver_version: 580.1, instance_type: x}
+    - {name: p, zones: {zone-a: 2, zone-b: 1}, node_name_prefix: "n", driver_version: 580.1, kernel: 6.8, instance_type: x}
 `
 
 func TestParse(t *testing.T) {

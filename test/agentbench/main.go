@@ -52,8 +52,9 @@ func main() {
 	rate := flag.Int("rate", 5000, "flood lines per second")
 	settle := flag.Duration("settle", 5*time.Second, "wait after start before measuring")
 	out := flag.String("out", ".tools/agentbench", "folder for logs")
+	agentArgs := flag.String("agent-args", "", "extra agent flags, space separated")
 	flag.Parse()
-	if err := run(*agentBin, *npdBin, *npdConfig, *out, *idle, *flood, *settle, *rate); err != nil {
+	if err := run(*agentBin, *npdBin, *npdConfig, *out, strings.Fields(*agentArgs), *idle, *flood, *settle, *rate); err != nil {
 		fmt.Fprintln(os.Stderr, "agentbench:", err)
 		os.Exit(1)
 	}
@@ -228,7 +229,7 @@ func (c *controller) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusAccepted)
 }
 
-func run(agentBin, npdBin, npdConfig, out string, idle, flood, settle time.Duration, rate int) error {
+func run(agentBin, npdBin, npdConfig, out string, agentArgs []string, idle, flood, settle time.Duration, rate int) error {
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return fmt.Errorf("create out dir: %w", err)
 	}
@@ -263,9 +264,10 @@ func run(agentBin, npdBin, npdConfig, out string, idle, flood, settle time.Durat
 		pids[name] = cmd.Process.Pid
 		return nil
 	}
-	if err := start("fleetrepair-agent", agentBin, "run", "--controller", "http://"+ln.Addr().String(),
+	args := append([]string{agentBin, "run", "--controller", "http://" + ln.Addr().String(),
 		"--cluster", "bench", "--node", "bench-node", "--boot-id", "bench-boot", "--kmsg-seek-end",
-		"--accept-user-facility", "--listen", ""); err != nil {
+		"--accept-user-facility", "--listen", ""}, agentArgs...)
+	if err := start("fleetrepair-agent", args...); err != nil {
 		return err
 	}
 	if npdBin != "" {

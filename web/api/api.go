@@ -216,6 +216,7 @@ func (s *server) ingest(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "malformed report", "trailing data after the JSON object", nil)
 		return
 	}
+	rep.Sanitize()
 	if err := rep.Validate(); err != nil {
 		s.reports.WithLabelValues("invalid").Inc()
 		var ve *finding.ValidationError

@@ -279,3 +279,45 @@ func TestDeniedReportsAreAudited(t *testing.T) {
 		t.Fatalf("denied report stored %d findings", len(fs))
 	}
 }
+
+// TestIngestKeepsNULBytes: a kernel line with NUL bytes (read from a text
+// file) is stored with the bytes escaped as \x00, and its batch-mates with it.
+func TestIngestKeepsNULBytes(t *testing.T) {
+	e := newEnv(t)
+	bad := xid("nul", 13)
+	bad.Evidence = []string{"NVRM: Xid (PCI:0000:3b:00): 13, \x00\x00 garbage"}
+	bad.Attrs = map[string]string{"process": "a\x00b"}
+	if status, eb := e.post(t, report("n1", bad, xid("ok", 79))); status != 200 {
+		t.Fatalf("report with NUL bytes: %d %+v", status, eb)
+	}
+	fs, _ := e.st.FindingsForNode(context.Background(), "c1", "n1", time.Time{}, 0)
+	if len(fs) != 2 {
+		t.Fatalf("stored %d findings, want 2", len(fs))
+	}
+	for _, f := range fs {
+		if f.ID == "nul" && (!strings.Contains(f.Evidence[0], `\x00\x00 garbage`) || f.Attrs["process"] != `a\x00b`) {
+			t.Fatalf("NUL bytes not kept as \\x00: %q %q", f.Evidence[0], f.Attrs["process"])
+		}
+	}
+}
+
+func TestIngestRejectsMoreBadReports(t *testing.T) {
+	e := newEnv(t)
+	long := strings.Repeat("n", 300)
+	r := finding.Report{SchemaVersion: finding.SchemaVersion, Cluster: "c1", Node: "n1", Findings: []finding.Finding{xid("a", 79)}}
+	noBoot, _ := json.Marshal(r)
+	for name, tc := range map[string]struct{ body, want string }{
+		"duplicate ids":   {report("n1", xid("a", 79), xid("a", 13)), "repeats findings[0].id"},
+		"huge xid":        {report("n1", xid("a", 99999999)), "not an Xid number"},
+		"huge count":      {strings.Replace(report("n1", xid("a", 79)), `"count":1`, `"count":99999999999`, 1), "count"},
+		"long node":       {report(long), "node: longer"},
+		"bad gpu pci":     {report("n1", finding.Finding{ID: "x", Detector: "xid", Xid: 79, Count: 1, GPUPCI: "'; DROP TABLE x;--"}), "not a PCI address"},
+		"missing boot id": {string(noBoot), "bootID: required"},
+	} {
+		status, eb := e.post(t, tc.body)
+		got := eb.Message + " " + eb.Detail + " " + strings.Join(eb.Validations, "; ")
+		if status != 400 || !strings.Contains(got, tc.want) {
+			t.Errorf("%s: %d %q, want 400 containing %q", name, status, got, tc.want)
+		}
+	}
+}

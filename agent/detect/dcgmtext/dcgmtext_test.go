@@ -30,7 +30,6 @@ func describe(f finding.Finding) string {
 	return s
 }
 
-
 func TestParseDiag(t *testing.T) {
 	t.Parallel()
 	table := `+---------------------------+------------------------------------------------+
