@@ -12,7 +12,8 @@ build:
 
 ## demo: self-contained demo (throwaway PostgreSQL, simulated fleet, real agents)
 demo:
-	$(GO) run ./cmd/fleetrepair demo
+	$(GO) build -o $(BIN)/ ./cmd/fleetrepair
+	./$(BIN)/fleetrepair demo $(DEMO_ARGS)
 
 ## test: every test, on a real PostgreSQL (DATABASE_URL, or a throwaway local cluster)
 test:

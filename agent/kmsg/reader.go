@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -169,35 +170,55 @@ func (r *Reader) Run(ctx context.Context, out chan<- Record) error {
 	defer r.f.Close()
 
 	held := 0 // bytes of an incomplete line kept at the start of buf (regular files, FIFOs)
-	// With Coalesce, the reader drains with a deadline in the past (reads
-	// return at once), pauses when caught up, then blocks for the next record.
-	dl, _ := r.f.(interface{ SetReadDeadline(time.Time) error })
-	coalesce := r.coalesce > 0 && dl != nil && dl.SetReadDeadline(time.Time{}) == nil
-	draining := false
+	// With Coalesce, reads go through the raw descriptor: after a record
+	// arrived the reader drains without waiting (EAGAIN when caught up),
+	// pauses Coalesce, then waits for the next record.
+	read := r.f.Read
+	var raw syscall.RawConn
+	if sc, ok := r.f.(syscall.Conn); ok && r.coalesce > 0 {
+		if rc, err := sc.SyscallConn(); err == nil {
+			raw = rc
+		}
+	}
+	wait := true
+	if raw != nil {
+		read = func(b []byte) (int, error) {
+			var n int
+			var rerr error
+			err := raw.Read(func(fd uintptr) bool {
+				n, rerr = rawRead(fd, b)
+				if errors.Is(rerr, unix.EINTR) {
+					return false
+				}
+				return !(wait && errors.Is(rerr, unix.EAGAIN)) // false: the poller waits for the next record
+			})
+			if err != nil {
+				return 0, err
+			}
+			if rerr == nil && n == 0 {
+				return 0, io.EOF
+			}
+			return max(n, 0), rerr
+		}
+	}
 	for {
-		n, err := r.f.Read(r.buf[held:])
+		n, err := read(r.buf[held:])
 		if ctx.Err() != nil {
 			return nil
 		}
-		if coalesce && draining && errors.Is(err, os.ErrDeadlineExceeded) {
-			t := time.NewTimer(r.coalesce)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return nil
-			case <-t.C:
+		if raw != nil {
+			if errors.Is(err, unix.EAGAIN) { // caught up: pause, then wait
+				t := time.NewTimer(r.coalesce)
+				select {
+				case <-ctx.Done():
+					t.Stop()
+					return nil
+				case <-t.C:
+				}
+				wait = true
+				continue
 			}
-			draining = false
-			if err := dl.SetReadDeadline(time.Time{}); err != nil {
-				return fmt.Errorf("read %s: clear deadline: %w", r.path, err)
-			}
-			continue
-		}
-		if coalesce && !draining && err == nil {
-			draining = true
-			if err := dl.SetReadDeadline(time.Unix(1, 0)); err != nil {
-				return fmt.Errorf("read %s: set deadline: %w", r.path, err)
-			}
+			wait = false
 		}
 		if err != nil && !errors.Is(err, io.EOF) {
 			if errors.Is(err, syscall.EPIPE) {
@@ -235,6 +256,22 @@ func (r *Reader) Run(ctx context.Context, out chan<- Record) error {
 			return nil
 		}
 	}
+}
+
+// rawRead reads from a non-blocking descriptor without entering the
+// scheduler's syscall state: the read never blocks (EAGAIN instead), and
+// skipping entersyscall spares the runtime from handing the P to another
+// thread on every record, which under a flood was most of the agent's
+// context switches.
+func rawRead(fd uintptr, b []byte) (int, error) {
+	if len(b) == 0 {
+		return 0, nil
+	}
+	n, _, errno := unix.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
+	if errno != 0 {
+		return -1, errno
+	}
+	return int(n), nil
 }
 
 // deliver parses one record line, counts it and sends it if its facility is

@@ -17,7 +17,9 @@ import (
 
 func TestNewValidatesConfig(t *testing.T) {
 	t.Parallel()
-	valid := func() Config { return Config{URL: "https://ctl.example:8443/", Cluster: "c1", Node: "n1", BootID: "b1"} }
+	valid := func() Config {
+		return Config{URL: "https://ctl.example:8443/", Cluster: "c1", Node: "n1", BootID: "b1"}
+	}
 	tests := []struct {
 		name    string
 		mutate  func(*Config)

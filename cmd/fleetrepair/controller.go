@@ -41,6 +41,9 @@ for the cluster the controller runs in. Every flag has an environment fallback
 			if o.DatabaseURL == "" {
 				return errors.New("--database-url (or DATABASE_URL) is required")
 			}
+			if o.Toleration < 0 || o.Resync <= 0 {
+				return fmt.Errorf("--toleration must be >= 0 and --resync > 0 (got %s, %s)", o.Toleration, o.Resync)
+			}
 			if len(clusters) == 0 {
 				return errors.New("at least one --cluster NAME=KUBECONFIG|in-cluster is required")
 			}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"net"
 	"sort"
 	"strings"
 	"sync"
@@ -47,8 +48,8 @@ func newDemoCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "demo",
 		Short: "Run the self-contained demo: throwaway PostgreSQL, simulated fleet, real agents replaying real kernel logs",
-		Long: `Run the demo of DESIGN.md's embedded default, with no cluster and no database
-server needed. It starts a throwaway PostgreSQL from the local PostgreSQL
+		Long: `Run the whole system on one machine, with no cluster and no database server
+needed. It starts a throwaway PostgreSQL from the local PostgreSQL
 binaries (or uses DATABASE_URL), a simulated cluster (client fakes holding
 Nodes, a NodePool and NodeClaims, plus a simulated Karpenter that replaces a
 deleted NodeClaim), the controller and its API, and one real agent pipeline
@@ -60,7 +61,12 @@ per node replaying kernel logs from the case corpus:
 
 It prints what happens as it happens and the API's URL.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return runDemo(cmd.Context(), o, cmd.OutOrStdout()) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.toleration <= 0 || o.replaceDelay < 0 || o.timeout <= 0 {
+				return fmt.Errorf("--toleration and --timeout must be > 0 and --replace-delay >= 0 (got %s, %s, %s)", o.toleration, o.timeout, o.replaceDelay)
+			}
+			return runDemo(cmd.Context(), o, cmd.OutOrStdout())
+		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.listen, "listen", "127.0.0.1:8080", "API listen address (127.0.0.1:0 picks a free port)")
@@ -97,6 +103,9 @@ func runDemo(ctx context.Context, o demoOptions, out io.Writer) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
+	if _, err := net.ResolveTCPAddr("tcp", o.listen); err != nil {
+		return fmt.Errorf("--listen %q: %w", o.listen, err)
+	}
 	dsn := o.databaseURL
 	if dsn == "" {
 		p("starting a throwaway PostgreSQL (set DATABASE_URL to use your own)")
@@ -111,8 +120,10 @@ func runDemo(ctx context.Context, o demoOptions, out io.Writer) error {
 
 	c := fake.NewClientBuilder().WithScheme(kube.Scheme).WithStatusSubresource(&corev1.Node{}, &karpv1.NodeClaim{}).Build()
 	sim := karpentersim.New(c, o.replaceDelay)
+	replaced := make(chan karpentersim.Replacement, 16)
 	sim.OnReplace = func(r karpentersim.Replacement) {
 		p("karpenter: NodeClaim %s finalized, node %s removed; replacement %s is Ready", r.OldNodeClaim, r.OldNode, r.NewNode)
+		replaced <- r
 	}
 	if err := sim.CreateNodePool(ctx, "gpu-a100"); err != nil {
 		return err
@@ -151,9 +162,35 @@ func runDemo(ctx context.Context, o demoOptions, out io.Writer) error {
 	}
 	goRun("controller", func() error { return ctrl.Run(ctx) })
 	goRun("karpenter", func() error { return sim.Run(ctx, 500*time.Millisecond) })
-	for _, n := range demoNodes {
-		goRun("agent "+n.name, func() error { return runDemoAgent(ctx, ctrl.URL, n, log, p) })
+	// Each agent runs until its node is replaced; the replacement node gets a
+	// fresh (quiet) agent, as the DaemonSet would schedule one.
+	var amu sync.Mutex
+	stopAgent := map[string]context.CancelFunc{}
+	startAgent := func(n demoNode) {
+		actx, stop := context.WithCancel(ctx)
+		amu.Lock()
+		stopAgent[n.name] = stop
+		amu.Unlock()
+		goRun("agent "+n.name, func() error { return runDemoAgent(actx, ctrl.URL, n, log, p) })
 	}
+	for _, n := range demoNodes {
+		startAgent(n)
+	}
+	goRun("agent manager", func() error {
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case r := <-replaced:
+				amu.Lock()
+				if stop := stopAgent[r.OldNode]; stop != nil {
+					stop()
+				}
+				amu.Unlock()
+				startAgent(demoNode{name: r.NewNode, story: "replacement"})
+			}
+		}
+	})
 	goRun("watch", func() error { return watchRepairs(ctx, ctrl.Store, p) })
 
 	p("agents started; %s", storyLine())
@@ -289,6 +326,7 @@ func checkScenarios(ctx context.Context, st *store.Store, sim *karpentersim.Sim,
 	p("---- scenario summary ----")
 	checks := []string{
 		"gpu-a100-1 (GPU lost): one repair, quarantined, NodeClaim deleted once after the toleration, node replaced",
+		"replacement node: its agent reports, the removed node keeps no active diagnosis",
 		"gpu-a100-2 (app-class Xids): Events only, no repair, no NodeClaim deletion",
 		"gpu-a100-3, gpu-a100-4 (quiet): untouched",
 	}
@@ -326,6 +364,14 @@ func demoProblems(ctx context.Context, st *store.Store, sim *karpentersim.Sim) [
 		out = append(out, fmt.Sprintf("gpu-a100-1 has %d repairs, want 1", len(rs)))
 	case rs[0].State != ledger.Replaced || rs[0].Reason != "GPULost":
 		out = append(out, fmt.Sprintf("gpu-a100-1 repair is %s/%s, want replaced/GPULost", rs[0].State, rs[0].Reason))
+	}
+	for _, r := range reps {
+		if n, err := st.GetNode(ctx, demoCluster, r.NewNode); err != nil || n.LastSeen.IsZero() {
+			out = append(out, "replacement node "+r.NewNode+" has not reported from its agent yet")
+		}
+		if ds, err := st.ActiveDiagnoses(ctx, demoCluster, r.OldNode); err == nil && len(ds) > 0 {
+			out = append(out, fmt.Sprintf("removed node %s still has %d active diagnoses", r.OldNode, len(ds)))
+		}
 	}
 	for _, n := range []string{"gpu-a100-2", "gpu-a100-3", "gpu-a100-4"} {
 		rs, _, err := st.ListRepairs(ctx, store.RepairFilter{Cluster: demoCluster, Node: n})

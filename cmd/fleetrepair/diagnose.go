@@ -1,8 +1,8 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -44,30 +44,25 @@ each node, most consequential first. No database or cluster is needed.
 	return cmd
 }
 
-// diagnoseStream decodes findings (one JSON object per line), groups them by
-// node and writes each node's diagnoses. A malformed line is an error naming
-// its line number.
+// diagnoseStream decodes findings (a stream of JSON objects, one per line
+// as scan prints them), groups them by node and writes each node's
+// diagnoses. A malformed or invalid finding is an error naming its position.
 func diagnoseStream(in io.Reader, out io.Writer, defaultNode, boot string, now time.Time) error {
 	eng, err := diagnose.New(diagnose.Options{})
 	if err != nil {
 		return err
 	}
 	byNode := map[string][]finding.Finding{}
-	sc := bufio.NewScanner(in)
-	sc.Buffer(make([]byte, 64<<10), 16<<20)
-	line := 0
-	for sc.Scan() {
-		line++
-		b := sc.Bytes()
-		if len(b) == 0 {
-			continue
-		}
+	dec := json.NewDecoder(in)
+	dec.DisallowUnknownFields()
+	for n := 1; ; n++ {
 		var f finding.Finding
-		if err := json.Unmarshal(b, &f); err != nil {
-			return fmt.Errorf("decode finding on line %d: %w", line, err)
+		err := dec.Decode(&f)
+		if errors.Is(err, io.EOF) {
+			break
 		}
-		if f.Detector == "" {
-			return fmt.Errorf("decode finding on line %d: detector is missing (is this the output of fleetrepair-agent scan?)", line)
+		if err != nil {
+			return fmt.Errorf("decode finding %d: %w (input must be findings as JSON lines, the output of fleetrepair-agent scan)", n, err)
 		}
 		if f.Node == "" {
 			f.Node = defaultNode
@@ -75,10 +70,19 @@ func diagnoseStream(in io.Reader, out io.Writer, defaultNode, boot string, now t
 		if f.Count == 0 {
 			f.Count = 1
 		}
+		if f.ID == "" {
+			f.ID = finding.NewID(f)
+		}
+		node := f.Node
+		if node == "" {
+			node = "unnamed-node"
+		}
+		r := finding.Report{SchemaVersion: finding.SchemaVersion, Cluster: "-", Node: node, BootID: "-", Findings: []finding.Finding{f}}
+		r.Findings[0].Node = node
+		if err := r.Validate(); err != nil {
+			return fmt.Errorf("finding %d: %w", n, err)
+		}
 		byNode[f.Node] = append(byNode[f.Node], f)
-	}
-	if err := sc.Err(); err != nil {
-		return fmt.Errorf("read findings: %w", err)
 	}
 	nodes := make([]string, 0, len(byNode))
 	for n := range byNode {

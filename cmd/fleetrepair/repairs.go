@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -21,6 +22,16 @@ func newRepairsCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "repairs",
 		Short: "Repair history through the controller's API",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return errors.New("missing subcommand: repairs list|show (see --help)")
+		},
+		PersistentPreRunE: func(*cobra.Command, []string) error {
+			if output != "table" && output != "json" {
+				return fmt.Errorf("--output %q: want table or json", output)
+			}
+			return nil
+		},
 	}
 	cmd.PersistentFlags().StringVar(&server, "server", envOr("FLEETREPAIR_SERVER", "http://127.0.0.1:8080"), "controller base URL (env FLEETREPAIR_SERVER)")
 	cmd.PersistentFlags().StringVarP(&output, "output", "o", "table", "output format: table or json")
@@ -103,7 +114,11 @@ func newRepairsCmd() *cobra.Command {
 				if len(f.Evidence) > 0 {
 					line = f.Evidence[0]
 				}
-				fmt.Fprintf(w, "  %s xid=%d gpu=%s  %s\n", f.Detector, f.Xid, dash(f.GPUPCI), line)
+				what := f.Detector
+				if f.Xid != 0 {
+					what += fmt.Sprintf(" %d", f.Xid)
+				}
+				fmt.Fprintf(w, "  %s gpu=%s  %s\n", what, dash(f.GPUPCI), line)
 			}
 			return nil
 		},

@@ -461,6 +461,10 @@ func TestFisher(t *testing.T) {
 			t.Errorf("fisher(%d of %d, %d of %d) = %g, want %g", tt.failing, tt.members, tt.failingTotal, tt.total, got, tt.want)
 		}
 	}
+	// A whole zone of a 3,000-node fleet: 1/C(3000, 1000), far below float64.
+	if lp := log10FisherUpper(1000, 1000, 3000, 1000); math.Abs(lp-(-827.4926863)) > 1e-4 {
+		t.Errorf("log10 p for a whole zone = %g, want -827.49", lp)
+	}
 	if r := jeffreysRate(0, 704); r <= 0 {
 		t.Errorf("jeffreysRate(0, 704) = %g, want > 0", r)
 	}

@@ -76,7 +76,10 @@ type Reconciler struct {
 
 	mu      sync.Mutex
 	pending map[nodeKey]bool
-	wake    chan struct{}
+	// failed holds nodes whose last reconcile failed; the next periodic pass
+	// retries them even without new findings or an open repair.
+	failed map[nodeKey]bool
+	wake   chan struct{}
 	// leading is nil when leader election is off (every cluster is ours);
 	// else the clusters whose Lease this replica holds.
 	leading map[string]bool
@@ -100,6 +103,9 @@ func New(cfg Config) (*Reconciler, error) {
 	}
 	if cfg.Resync == 0 {
 		cfg.Resync = 10 * time.Second
+	}
+	if cfg.Resync < 0 || cfg.Toleration < 0 || cfg.Lookback < 0 {
+		return nil, errors.New("new reconciler: Resync, Toleration and Lookback must not be negative")
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -254,6 +260,11 @@ func (r *Reconciler) enqueueOpen(ctx context.Context) {
 		r.log.ErrorContext(ctx, "list open repairs", "err", err)
 		return
 	}
+	r.mu.Lock()
+	for k := range r.failed {
+		r.pending[k] = true
+	}
+	r.mu.Unlock()
 	for _, rp := range open {
 		if r.leads(rp.Cluster) {
 			r.mu.Lock()
@@ -293,7 +304,18 @@ func (r *Reconciler) drain(ctx context.Context) {
 		if !found {
 			return
 		}
-		if err := r.ReconcileNode(ctx, k.cluster, k.node); err != nil {
+		err := r.ReconcileNode(ctx, k.cluster, k.node)
+		r.mu.Lock()
+		if r.failed == nil {
+			r.failed = map[nodeKey]bool{}
+		}
+		if err != nil {
+			r.failed[k] = true
+		} else {
+			delete(r.failed, k)
+		}
+		r.mu.Unlock()
+		if err != nil {
 			r.reconciles.WithLabelValues("error").Inc()
 			r.log.ErrorContext(ctx, "reconcile node", "cluster", k.cluster, "node", k.node, "err", err)
 			continue
@@ -320,6 +342,10 @@ func (r *Reconciler) ReconcileNode(ctx context.Context, cluster, node string) er
 	info, err := k.NodeInfo(ctx, node)
 	r.observe(cluster, err)
 	if apierrors.IsNotFound(errors.Unwrap(err)) || apierrors.IsNotFound(err) {
+		// The Node is gone (replaced, scaled down): nothing of it stays active.
+		if _, err := r.cfg.Store.DeactivateDiagnoses(ctx, cluster, node, nil, now); err != nil {
+			return fmt.Errorf("reconcile %s/%s: %w", cluster, node, err)
+		}
 		if hasOpen {
 			return r.nodeGone(ctx, k, open, now)
 		}

@@ -45,8 +45,9 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "build binaries: %v\n%s", err, out)
 		os.Exit(1)
 	}
-	defer os.RemoveAll(dir)
-	pgtest.Main(m)
+	code := pgtest.Run(m)
+	os.RemoveAll(dir)
+	os.Exit(code)
 }
 
 const cluster = "e2e"

@@ -51,7 +51,11 @@ var (
 
 // Main runs the tests and then stops the throwaway server (and drops the
 // template database), and exits with the tests' status.
-func Main(m *testing.M) {
+func Main(m *testing.M) { os.Exit(Run(m)) }
+
+// Run is Main without the exit, for a TestMain with cleanup of its own: it
+// returns the tests' status.
+func Run(m *testing.M) int {
 	code := m.Run()
 	if err := shutdown(); err != nil {
 		fmt.Fprintln(os.Stderr, "pgtest:", err)
@@ -59,7 +63,7 @@ func Main(m *testing.M) {
 			code = 1
 		}
 	}
-	os.Exit(code)
+	return code
 }
 
 func shutdown() error {

@@ -110,7 +110,10 @@ func Handler(cfg Config) (http.Handler, error) {
 		r.Get("/clusters", s.listClusters)
 	})
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "no such route: "+r.Method+" "+r.URL.Path, "", nil)
+		writeError(w, http.StatusNotFound, "no such route: "+r.Method+" "+r.URL.Path, "see the route list in README.md", nil)
+	})
+	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusMethodNotAllowed, "method not allowed: "+r.Method+" "+r.URL.Path, "", nil)
 	})
 	return r, nil
 }
@@ -139,7 +142,7 @@ func writeError(w http.ResponseWriter, status int, msg, detail string, validatio
 func (s *server) writeStoreError(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		writeError(w, http.StatusNotFound, "not found", err.Error(), nil)
+		writeError(w, http.StatusNotFound, "not found", "no "+strings.TrimPrefix(r.URL.Path, "/api/v1/"), nil)
 	case errors.Is(err, store.ErrConflict):
 		writeError(w, http.StatusConflict, "conflict", err.Error(), nil)
 	case errors.Is(err, store.ErrInvalid):
@@ -299,6 +302,14 @@ func (s *server) listRepairs(w http.ResponseWriter, r *http.Request) {
 	}
 	if f.Until, err = parseTime(q.Get("until")); err != nil {
 		problems = append(problems, "until: "+err.Error())
+	}
+	if !f.Since.IsZero() && !f.Until.IsZero() && !f.Since.Before(f.Until) {
+		problems = append(problems, "since: must be before until")
+	}
+	if f.Reason != "" {
+		if _, ok := s.cfg.Catalog.Lookup(f.Reason); !ok {
+			problems = append(problems, fmt.Sprintf("reason: %q is not a reason code of catalog %s (GET /api/v1/reasons)", f.Reason, s.cfg.Catalog.Version))
+		}
 	}
 	if c := q.Get("cursor"); c != "" {
 		if f.Cursor, err = strconv.ParseInt(c, 10, 64); err != nil || f.Cursor <= 0 {

@@ -321,3 +321,17 @@ func TestIngestRejectsMoreBadReports(t *testing.T) {
 		}
 	}
 }
+
+func TestMethodNotAllowedIsJSON(t *testing.T) {
+	e := newEnv(t)
+	req, _ := http.NewRequest(http.MethodDelete, e.srv.URL+"/api/v1/repairs/1", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var eb api.ErrorBody
+	if err := json.NewDecoder(resp.Body).Decode(&eb); err != nil || resp.StatusCode != 405 || eb.Message == "" {
+		t.Fatalf("DELETE repair: %d %+v %v", resp.StatusCode, eb, err)
+	}
+}
