@@ -308,3 +308,53 @@ func TestReaderRealDevKmsgCancel(t *testing.T) {
 		t.Fatal("Run did not return after ctx was cancelled")
 	}
 }
+
+// TestReaderRealDevKmsgCoalesce reads a burst of injected records with
+// Coalesce: every record arrives, none twice, and cancelling ctx ends a
+// reader that waits for the next record.
+func TestReaderRealDevKmsgCoalesce(t *testing.T) {
+	t.Parallel()
+	w := openRealDevKmsg(t)
+	r, err := Open(ReaderOptions{SeekEnd: true, AcceptUserFacility: true, Coalesce: 20 * time.Millisecond})
+	if err != nil {
+		t.Skipf("skip: %s is not readable: %v", DevKmsgPath, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ch := make(chan Record, 256)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx, ch) }()
+	var nonce [4]byte
+	rand.Read(nonce[:])
+	tag := fmt.Sprintf("frcoalesce%x", nonce)
+	const n = 10 // the per-open rate limit's burst
+	for i := range n {
+		if _, err := fmt.Fprintf(w, "<6>%s %d\n", tag, i); err != nil {
+			t.Fatalf("write: %v", err)
+		}
+	}
+	seen := map[string]bool{}
+	for len(seen) < n {
+		select {
+		case rec := <-ch:
+			if strings.HasPrefix(rec.Message, tag) {
+				if seen[rec.Message] {
+					t.Errorf("record %q delivered twice", rec.Message)
+				}
+				seen[rec.Message] = true
+			}
+		case <-ctx.Done():
+			t.Fatalf("read back %d of %d records", len(seen), n)
+		}
+	}
+	time.Sleep(50 * time.Millisecond) // the reader now waits for the next record
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return after cancel")
+	}
+}

@@ -26,6 +26,7 @@ func newControllerCmd() *cobra.Command {
 		clusters, agentSAs                   []string
 		agentAuth, agentToken, agentAudience string
 		leaderElect                          bool
+		operatorsFile                        string
 		leNamespace, leIdentity              string
 	)
 	cmd := &cobra.Command{
@@ -64,6 +65,13 @@ for the cluster the controller runs in. Every flag has an environment fallback
 				o.Clusters[name], reviewers[name] = k, cs
 			}
 			o.Log = slog.New(slog.NewJSONHandler(os.Stderr, nil))
+			if operatorsFile != "" {
+				ops, err := auth.LoadOperators(operatorsFile)
+				if err != nil {
+					return err
+				}
+				o.Operators = ops
+			}
 			if leaderElect {
 				if leNamespace == "" {
 					return errors.New("--leader-elect needs --leader-elect-namespace (or POD_NAMESPACE)")
@@ -103,6 +111,7 @@ for the cluster the controller runs in. Every flag has an environment fallback
 	f.DurationVar(&o.Toleration, "toleration", 0, "override every reason's toleration window (e.g. 30s for demos; 0 = catalog defaults: 10m accelerated hardware, 30m other)")
 	f.DurationVar(&o.Resync, "resync", 10*time.Second, "period of the pass over open repairs")
 	f.StringVar(&o.PolicyFile, "policy", envOr("FLEETREPAIR_POLICY", ""), "policy file with per-reason and per-NodePool overrides (toleration, action, disabled); see docs/policy.md")
+	f.StringVar(&operatorsFile, "operators-file", envOr("FLEETREPAIR_OPERATORS_FILE", ""), "YAML list of operators {name, role: viewer|approver|admin, tokenSHA256} allowed to approve/reject repairs (until OIDC login)")
 	f.BoolVar(&leaderElect, "leader-elect", envOr("FLEETREPAIR_LEADER_ELECT", "") == "true", "per-cluster leader election (Lease fleetrepair-controller) for background loops; run with it on when there is more than one replica")
 	f.StringVar(&leNamespace, "leader-elect-namespace", envOr("POD_NAMESPACE", ""), "namespace of the Lease in every cluster (env POD_NAMESPACE)")
 	f.StringVar(&leIdentity, "leader-elect-identity", envOr("POD_NAME", ""), "this replica's identity (env POD_NAME; default the host name)")

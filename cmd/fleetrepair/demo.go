@@ -92,6 +92,18 @@ var demoNodes = []demoNode{
 
 const demoCluster = "demo"
 
+// demoOperatorToken is the demo's local login for on-call actions (DEMO
+// MODE ONLY): `fleetrepair approve ID --reason ... --token demo-admin`.
+const demoOperatorToken = "demo-admin"
+
+func demoOperators() *auth.Operators {
+	ops, err := auth.NewOperators([]auth.Operator{{Name: "demo-admin", Role: auth.RoleAdmin, TokenSHA256: auth.TokenHash(demoOperatorToken)}})
+	if err != nil {
+		panic(err) // a constant list
+	}
+	return ops
+}
+
 // demoToken is the static agent token of the demo (DEMO MODE: static tokens
 // cannot bind an agent to its node; production uses TokenReview).
 const demoToken = "demo-agent-token"
@@ -142,8 +154,8 @@ func runDemo(ctx context.Context, o demoOptions, out io.Writer) error {
 	log := slog.New(slog.NewTextHandler(logw, nil))
 	ctrl, err := runner.Start(ctx, runner.Options{DatabaseURL: dsn, Migrate: true, Listen: o.listen,
 		Clusters: map[string]*kube.Cluster{demoCluster: kube.New(demoCluster, c)}, Toleration: o.toleration,
-		Authenticator: auth.StaticToken{Token: demoToken},
-		Resync:        time.Second, Log: log})
+		Authenticator: auth.StaticToken{Token: demoToken}, Operators: demoOperators(),
+		Resync: time.Second, Log: log})
 	if err != nil {
 		return err
 	}
@@ -194,7 +206,8 @@ func runDemo(ctx context.Context, o demoOptions, out io.Writer) error {
 	goRun("watch", func() error { return watchRepairs(ctx, ctrl.Store, p) })
 
 	p("agents started; %s", storyLine())
-	p("try:  curl -s %s/api/v1/repairs | jq   or   go run ./cmd/fleetrepair repairs list --server %s", ctrl.URL, ctrl.URL)
+	p("try:  curl -s %s/api/v1/repairs | jq   or   ./bin/fleetrepair repairs list --server %s", ctrl.URL, ctrl.URL)
+	p("on-call (DEMO MODE local login):  ./bin/fleetrepair approve ID --reason '...' --token %s --server %s", demoOperatorToken, ctrl.URL)
 
 	var result error
 	if o.exitAfter {

@@ -41,7 +41,7 @@ func run(ctx context.Context, args []string, in io.Reader, out, errOut io.Writer
 	root.SetIn(in)
 	root.SetOut(out)
 	root.SetErr(errOut)
-	root.AddCommand(newControllerCmd(), newMigrateCmd(), newDiagnoseCmd(), newRepairsCmd(), newDemoCmd(), newSimulateCmd())
+	root.AddCommand(newControllerCmd(), newMigrateCmd(), newDiagnoseCmd(), newRepairsCmd(), newDemoCmd(), newDecisionCmd("approve"), newDecisionCmd("reject"), newSimulateCmd())
 	return root.ExecuteContext(ctx)
 }
 

@@ -57,6 +57,9 @@ type Config struct {
 	Log *slog.Logger
 	// Registerer receives the reconciler's metrics (optional).
 	Registerer prometheus.Registerer
+	// ApprovalTTL is how long a repair waits for on-call approval before it
+	// expires (default 24h).
+	ApprovalTTL time.Duration
 	// Crash is fault injection for the HA tests: when it returns true at a
 	// named point ("after-begin-deletion", "after-delete-call") the
 	// reconciler stops right there, as a killed process would. Nil in
@@ -103,6 +106,9 @@ func New(cfg Config) (*Reconciler, error) {
 	}
 	if cfg.Resync == 0 {
 		cfg.Resync = 10 * time.Second
+	}
+	if cfg.ApprovalTTL == 0 {
+		cfg.ApprovalTTL = 24 * time.Hour
 	}
 	if cfg.Resync < 0 || cfg.Toleration < 0 || cfg.Lookback < 0 {
 		return nil, errors.New("new reconciler: Resync, Toleration and Lookback must not be negative")
@@ -453,7 +459,7 @@ func (r *Reconciler) applyPolicy(ds []diagnose.Diagnosis, nodePool string) []dia
 func (r *Reconciler) unhealthy(ctx context.Context, k *kube.Cluster, info kube.NodeInfo, head diagnose.Diagnosis, open store.Repair, hasOpen bool, now time.Time) error {
 	node := info.Name
 	if !hasOpen {
-		if skip, err := r.dryRunDone(ctx, k.Name(), node, string(info.NodeClaimUID)); err != nil || skip {
+		if skip, err := r.suppressed(ctx, k.Name(), node, string(info.NodeClaimUID), head.Reason); err != nil || skip {
 			return r.quarantine(ctx, k, node, head, now, err)
 		}
 		tol := r.effective(head, info.NodePool).Toleration
@@ -478,7 +484,7 @@ func (r *Reconciler) unhealthy(ctx context.Context, k *kube.Cluster, info kube.N
 	if err := r.quarantine(ctx, k, node, head, now, nil); err != nil {
 		return err
 	}
-	return r.advance(ctx, k, open, head, now)
+	return r.advance(ctx, k, info, open, head, now)
 }
 
 // quarantine sets the NodeCondition (False: not ready) and the NoSchedule taint.
@@ -493,22 +499,25 @@ func (r *Reconciler) quarantine(ctx context.Context, k *kube.Cluster, node strin
 	return k.SetQuarantine(ctx, node, true, head.Reason)
 }
 
-// dryRunDone reports whether the node's latest repair was a dry run that
-// already reached its would-delete decision for the same NodeClaim: opening
-// another would repeat that decision every toleration window.
-func (r *Reconciler) dryRunDone(ctx context.Context, cluster, node, uid string) (bool, error) {
-	if !r.cfg.DryRun {
-		return false, nil
-	}
+// suppressed reports whether the node's latest repair already settled this
+// fault for the same NodeClaim, so opening another would repeat it: a dry
+// run that reached its would-delete decision, or a repair the on-call
+// rejected for the same reason. The node stays quarantined; a new reason
+// (an escalation) or a new NodeClaim opens a repair again.
+func (r *Reconciler) suppressed(ctx context.Context, cluster, node, uid, reason string) (bool, error) {
 	last, _, err := r.cfg.Store.ListRepairs(ctx, store.RepairFilter{Cluster: cluster, Node: node, Limit: 1})
 	if err != nil {
 		return false, fmt.Errorf("list repairs of %s/%s: %w", cluster, node, err)
 	}
-	return len(last) == 1 && last[0].DryRun && last[0].State == ledger.Cancelled && last[0].NodeClaimUID == uid, nil
+	if len(last) != 1 || last[0].NodeClaimUID != uid {
+		return false, nil
+	}
+	l := last[0]
+	return r.cfg.DryRun && l.DryRun && l.State == ledger.Cancelled || l.State == ledger.Rejected && l.Reason == reason, nil
 }
 
 // advance moves an open repair as far as it can go now.
-func (r *Reconciler) advance(ctx context.Context, k *kube.Cluster, rp store.Repair, head diagnose.Diagnosis, now time.Time) error {
+func (r *Reconciler) advance(ctx context.Context, k *kube.Cluster, info kube.NodeInfo, rp store.Repair, head diagnose.Diagnosis, now time.Time) error {
 	var err error
 	for i := 0; i < 6; i++ { // each step is one transition; bounded for safety
 		next := rp
@@ -522,7 +531,17 @@ func (r *Reconciler) advance(ctx context.Context, k *kube.Cluster, rp store.Repa
 			if rp.State == ledger.Tolerating && now.Before(rp.TolerationUntil) {
 				return nil
 			}
+			if rp.NodeClaimUID != "" && string(info.NodeClaimUID) != rp.NodeClaimUID {
+				next, err = r.step(ctx, rp, ledger.Cancelled, fmt.Sprintf("NodeClaim changed since the repair opened (uid %s, now %q): nothing deleted",
+					rp.NodeClaimUID, info.NodeClaimUID), nil, nil, now)
+				break
+			}
 			next, err = r.execute(ctx, k, rp, head, now)
+		case ledger.AwaitingApproval:
+			if now.Sub(rp.UpdatedAt) < r.cfg.ApprovalTTL {
+				return nil
+			}
+			next, err = r.step(ctx, rp, ledger.Expired, fmt.Sprintf("no approval within %s", r.cfg.ApprovalTTL), nil, nil, now)
 		case ledger.Deleting:
 			next, err = r.deleting(ctx, k, rp, now)
 		default:

@@ -46,6 +46,8 @@ type Options struct {
 	Resync time.Duration
 	// PolicyFile holds per-reason and per-NodePool overrides (empty: none).
 	PolicyFile string
+	// Operators authenticates humans for approvals (nil: none can approve).
+	Operators *auth.Operators
 	// LeaderElection, when set, runs per-cluster leader election; the
 	// periodic pass then only covers clusters this replica leads.
 	LeaderElection *LeaderElection
@@ -117,7 +119,7 @@ func Start(ctx context.Context, o Options) (*Controller, error) {
 	}
 	sort.Strings(names)
 	h, err := api.Handler(api.Config{Store: st, Catalog: cat, Clusters: names, Authenticator: o.Authenticator,
-		OnIngest: rec.Trigger, ClusterStates: rec.Clusters, Gatherer: reg, Registerer: reg, Now: o.Now, Log: o.Log})
+		OnIngest: rec.Trigger, ClusterStates: rec.Clusters, Operators: o.Operators, Gatherer: reg, Registerer: reg, Now: o.Now, Log: o.Log})
 	if err != nil {
 		st.Close()
 		return nil, err

@@ -46,6 +46,9 @@ type Config struct {
 	Authenticator auth.Authenticator
 	// OnIngest is called after a report is stored (the reconciler's Trigger).
 	OnIngest func(cluster, node string)
+	// Operators authenticates humans for the mutating routes (approve,
+	// reject). Nil: those routes answer 401.
+	Operators *auth.Operators
 	// ClusterStates reports each cluster's API server reachability (the
 	// reconciler's Clusters); nil: every cluster is assumed reachable.
 	ClusterStates func() []repair.ClusterState
@@ -105,6 +108,8 @@ func Handler(cfg Config) (http.Handler, error) {
 		r.Post("/reports", s.ingest)
 		r.Get("/repairs", s.listRepairs)
 		r.Get("/repairs/{id}", s.getRepair)
+		r.Post("/repairs/{id}/approve", s.decide(ledger.Approved))
+		r.Post("/repairs/{id}/reject", s.decide(ledger.Rejected))
 		r.Get("/nodes/{cluster}/{node}", s.getNode)
 		r.Get("/reasons", s.reasons)
 		r.Get("/clusters", s.listClusters)
