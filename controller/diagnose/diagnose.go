@@ -285,6 +285,9 @@ func (e *Engine) classify(f *finding.Finding) (signal, bool) {
 			s.gpu = "index:" + f.Attr(finding.AttrGPUIndex) // until the agent maps indexes to PCI addresses
 		}
 	case finding.DetectorDCGMMetric:
+		if f.Attr("stale") == "true" {
+			return s, false // an unchanged last-value gauge is no new fact (c16)
+		}
 		s.reason = catalog.ReasonDCGMExporterXidHint
 	case finding.DetectorNodeClaimStatus:
 		if f.Attr("registered") == "True" {
@@ -546,7 +549,14 @@ func (e *Engine) toDiagnosis(in Input, inc *incident, hist map[string]map[string
 			}
 		}
 		if s.recovery != "" && s.recovery != catalog.ActionNone {
-			recoveries += max(f.Count, 1)
+			// Only "GPU Reset Required" / "Node Reboot Required" leave the
+			// GPU unusable until the action is done: a second such
+			// transition means the GPU was reset and failed again (c09).
+			// "Drain and Reset" / "Drain P2P" leave it usable, so a repeat
+			// proves no reset (c07: evidence grows, same incident).
+			if ra := f.Attr(finding.AttrRecoveryAction); ra == "gpu-reset-required" || ra == "node-reboot-required" {
+				recoveries += max(f.Count, 1)
+			}
 			if s.recovery.Rank() > d.Action.Rank() {
 				d.Action = s.recovery
 			}
@@ -567,7 +577,7 @@ func (e *Engine) toDiagnosis(in Input, inc *incident, hist map[string]map[string
 	if r.Severity == catalog.SeverityCondition && r.EscalateTo != "" && r.EscalateTo.Rank() > d.Action.Rank() {
 		switch {
 		case recoveries >= 2:
-			why = fmt.Sprintf("the driver required recovery %d times: the fault returned after a GPU reset", recoveries)
+			why = fmt.Sprintf("the driver required a GPU reset or reboot %d times: the fault returned after the GPU was reset", recoveries)
 		case r.Code == catalog.ReasonGPUInitFailed && initAttempts >= 2:
 			why = fmt.Sprintf("GPU initialisation failed %d times", initAttempts)
 		default:

@@ -18,13 +18,7 @@ import (
 // rules (controller/diagnose), not the simulator: key "<scenario> <at>
 // <expect key>". The test fails when one of them starts passing, so the
 // list stays true.
-var knownFailures = map[string]string{
-	"c07-hbm-degrading-after-reboot 11h28m node-a1.action": "diagnose escalates UncorrectableECC to replace once two Xid 154 " +
-		"(drain-and-reset) are on record, although no reset happened between the incidents (c07 expects reset-gpu until the reboot)",
-	"c16-dcgm-exporter-xid-gauge 24h node-a1.severity": "diagnose reports every stale dcgm-metric sample (stale: true, value " +
-		"unchanged) as a DCGMExporterXidHint event; c16 expects nothing after the GPU reset",
-	"c16-dcgm-exporter-xid-gauge 24h node-a1.new_xid_events_from_metric": "same as c16 severity: the stale gauge makes a new event",
-}
+var knownFailures = map[string]string{}
 
 // TestCaseScenarios replays every scenario.yaml of the case corpus: every
 // checkpoint must hold, the breaker must trip (or not) with the expected
