@@ -15,14 +15,15 @@ import (
 
 var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 
-// run drives a Scheduler on a fake clock for d in steps of step, and returns
-// the (fake) times each job ran at. Jobs block until release returns.
+// wake is one run of a job, at the fake clock's time.
 type wake struct {
 	job string
 	at  time.Time
 }
 
-func drive(t *testing.T, s *Scheduler, clk *clocktesting.FakeClock, d, step time.Duration, finished *atomic.Int64) []wake {
+// drive runs s on the fake clock for d in steps of step, waiting after each
+// step until the scheduler is blocked again and every started job finished.
+func drive(t *testing.T, s *Scheduler, clk *clocktesting.FakeClock, d, step time.Duration, finished *atomic.Int64) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -51,7 +52,6 @@ func drive(t *testing.T, s *Scheduler, clk *clocktesting.FakeClock, d, step time
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	return nil
 }
 
 func jobs(n int, every time.Duration, clk *clocktesting.FakeClock, mu *sync.Mutex, wakes *[]wake, finished *atomic.Int64) []Job {

@@ -58,6 +58,43 @@ type NodeInfo struct {
 	Labels       map[string]string
 	// Conditions are the node's status conditions, all writers included.
 	Conditions []corev1.NodeCondition
+	// KernelVersion and OSImage come from the kubelet's node info.
+	KernelVersion string
+	OSImage       string
+}
+
+func nodeInfo(n *corev1.Node) NodeInfo {
+	info := NodeInfo{
+		Name:          n.Name,
+		NodePool:      n.Labels[karpv1.NodePoolLabelKey],
+		Zone:          n.Labels[corev1.LabelTopologyZone],
+		InstanceType:  n.Labels[corev1.LabelInstanceTypeStable],
+		ProviderID:    n.Spec.ProviderID,
+		Labels:        n.Labels,
+		Conditions:    n.Status.Conditions,
+		KernelVersion: n.Status.NodeInfo.KernelVersion,
+		OSImage:       n.Status.NodeInfo.OSImage,
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			info.Ready = c.Status == corev1.ConditionTrue
+		}
+	}
+	return info
+}
+
+// Nodes returns every Node's metadata, without the NodeClaim lookup (the
+// breakers' view of the fleet).
+func (k *Cluster) Nodes(ctx context.Context) ([]NodeInfo, error) {
+	var list corev1.NodeList
+	if err := k.c.List(ctx, &list); err != nil {
+		return nil, fmt.Errorf("list nodes: %w", err)
+	}
+	out := make([]NodeInfo, 0, len(list.Items))
+	for i := range list.Items {
+		out = append(out, nodeInfo(&list.Items[i]))
+	}
+	return out, nil
 }
 
 // Cluster is one Kubernetes cluster.
@@ -83,20 +120,7 @@ func (k *Cluster) NodeInfo(ctx context.Context, node string) (NodeInfo, error) {
 	if err := k.c.Get(ctx, client.ObjectKey{Name: node}, &n); err != nil {
 		return NodeInfo{}, fmt.Errorf("get node %s: %w", node, err)
 	}
-	info := NodeInfo{
-		Name:         n.Name,
-		NodePool:     n.Labels[karpv1.NodePoolLabelKey],
-		Zone:         n.Labels[corev1.LabelTopologyZone],
-		InstanceType: n.Labels[corev1.LabelInstanceTypeStable],
-		ProviderID:   n.Spec.ProviderID,
-		Labels:       n.Labels,
-		Conditions:   n.Status.Conditions,
-	}
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			info.Ready = c.Status == corev1.ConditionTrue
-		}
-	}
+	info := nodeInfo(&n)
 	nc, err := k.nodeClaimFor(ctx, &n)
 	switch {
 	case errors.Is(err, ErrNoNodeClaim):

@@ -24,6 +24,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/fleetrepair/fleetrepair/controller/breaker"
 	"github.com/fleetrepair/fleetrepair/controller/catalog"
 	"github.com/fleetrepair/fleetrepair/controller/diagnose"
 	"github.com/fleetrepair/fleetrepair/controller/kube"
@@ -57,6 +58,11 @@ type Config struct {
 	Log *slog.Logger
 	// Registerer receives the reconciler's metrics (optional).
 	Registerer prometheus.Registerer
+	// Breaker is the cohort breaker policy (nil: breakers off).
+	Breaker *breaker.Policy
+	// DrainPerPass is how many breaker-held repairs one periodic pass
+	// releases after their breaker closed (default 1): no stampede.
+	DrainPerPass int
 	// ApprovalTTL is how long a repair waits for on-call approval before it
 	// expires (default 24h).
 	ApprovalTTL time.Duration
@@ -89,9 +95,13 @@ type Reconciler struct {
 	// clusters holds the reachability of each cluster's API server.
 	clusters map[string]ClusterState
 
-	reconciles  *prometheus.CounterVec
-	deletions   *prometheus.CounterVec
-	transitions *prometheus.CounterVec
+	// released counts breaker-held repairs released in the current pass.
+	released int
+
+	breakersOpen prometheus.Gauge
+	reconciles   *prometheus.CounterVec
+	deletions    *prometheus.CounterVec
+	transitions  *prometheus.CounterVec
 }
 
 type nodeKey struct{ cluster, node string }
@@ -106,6 +116,9 @@ func New(cfg Config) (*Reconciler, error) {
 	}
 	if cfg.Resync == 0 {
 		cfg.Resync = 10 * time.Second
+	}
+	if cfg.DrainPerPass == 0 {
+		cfg.DrainPerPass = 1
 	}
 	if cfg.ApprovalTTL == 0 {
 		cfg.ApprovalTTL = 24 * time.Hour
@@ -126,9 +139,11 @@ func New(cfg Config) (*Reconciler, error) {
 			Help: "NodeClaim deletions issued, by cluster and dry_run."}, []string{"cluster", "dry_run"}),
 		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fleetrepair_repair_transitions_total",
 			Help: "Repair state transitions made by the controller, by target state."}, []string{"to"}),
+		breakersOpen: prometheus.NewGauge(prometheus.GaugeOpts{Name: "fleetrepair_breakers_open",
+			Help: "Cohort breakers open after the last evaluation."}),
 	}
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{r.reconciles, r.deletions, r.transitions} {
+		for _, c := range []prometheus.Collector{r.reconciles, r.deletions, r.transitions, r.breakersOpen} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("register repair metrics: %w", err)
 			}
@@ -261,6 +276,9 @@ func (r *Reconciler) Run(ctx context.Context) error {
 // windows expire and deletions complete without new findings, and every
 // node on which another agent reports a problem condition (interop).
 func (r *Reconciler) enqueueOpen(ctx context.Context) {
+	if err := r.EvaluateBreakers(ctx); err != nil {
+		r.log.ErrorContext(ctx, "evaluate breakers", "err", err)
+	}
 	open, err := r.cfg.Store.RepairsInState(ctx, ledger.OpenStates()...)
 	if err != nil {
 		r.log.ErrorContext(ctx, "list open repairs", "err", err)
@@ -382,7 +400,7 @@ func (r *Reconciler) ReconcileNode(ctx context.Context, cluster, node string) er
 	if head.Severity != catalog.SeverityCondition {
 		return r.healthy(ctx, k, node, open, hasOpen, now)
 	}
-	return r.unhealthy(ctx, k, info, head, open, hasOpen, now)
+	return r.unhealthy(ctx, k, info, nodeFromInfo(cluster, info, n), head, open, hasOpen, now)
 }
 
 // recordDiagnoses stores the diagnoses, deactivates the ones whose evidence
@@ -456,13 +474,16 @@ func (r *Reconciler) applyPolicy(ds []diagnose.Diagnosis, nodePool string) []dia
 }
 
 // unhealthy handles a node whose headline diagnosis has condition severity.
-func (r *Reconciler) unhealthy(ctx context.Context, k *kube.Cluster, info kube.NodeInfo, head diagnose.Diagnosis, open store.Repair, hasOpen bool, now time.Time) error {
+func (r *Reconciler) unhealthy(ctx context.Context, k *kube.Cluster, info kube.NodeInfo, sn heldNode, head diagnose.Diagnosis, open store.Repair, hasOpen bool, now time.Time) error {
 	node := info.Name
 	if !hasOpen {
 		if skip, err := r.suppressed(ctx, k.Name(), node, string(info.NodeClaimUID), head.Reason); err != nil || skip {
 			return r.quarantine(ctx, k, node, head, now, err)
 		}
 		tol := r.effective(head, info.NodePool).Toleration
+		if head.Escalated {
+			tol = 0 // the first remedy already failed: waiting again helps nothing
+		}
 		rp, created, err := r.cfg.Store.OpenRepair(ctx, store.Repair{
 			Cluster: k.Name(), Node: node, NodeClaim: info.NodeClaim, NodeClaimUID: string(info.NodeClaimUID),
 			NodePool: info.NodePool, Reason: head.Reason, FaultClass: head.FaultClass,
@@ -484,7 +505,7 @@ func (r *Reconciler) unhealthy(ctx context.Context, k *kube.Cluster, info kube.N
 	if err := r.quarantine(ctx, k, node, head, now, nil); err != nil {
 		return err
 	}
-	return r.advance(ctx, k, info, open, head, now)
+	return r.advance(ctx, k, info, sn, open, head, now)
 }
 
 // quarantine sets the NodeCondition (False: not ready) and the NoSchedule taint.
@@ -517,7 +538,7 @@ func (r *Reconciler) suppressed(ctx context.Context, cluster, node, uid, reason 
 }
 
 // advance moves an open repair as far as it can go now.
-func (r *Reconciler) advance(ctx context.Context, k *kube.Cluster, info kube.NodeInfo, rp store.Repair, head diagnose.Diagnosis, now time.Time) error {
+func (r *Reconciler) advance(ctx context.Context, k *kube.Cluster, info kube.NodeInfo, sn heldNode, rp store.Repair, head diagnose.Diagnosis, now time.Time) error {
 	var err error
 	for i := 0; i < 6; i++ { // each step is one transition; bounded for safety
 		next := rp
@@ -536,8 +557,15 @@ func (r *Reconciler) advance(ctx context.Context, k *kube.Cluster, info kube.Nod
 					rp.NodeClaimUID, info.NodeClaimUID), nil, nil, now)
 				break
 			}
-			next, err = r.execute(ctx, k, rp, head, now)
+			next, err = r.execute(ctx, k, sn, rp, head, now)
 		case ledger.AwaitingApproval:
+			if release, why, rerr := r.release(ctx, sn, rp, head); rerr != nil {
+				return rerr
+			} else if release {
+				next, err = r.step(ctx, rp, ledger.Approved, why, map[string]any{"released_by": Actor},
+					func(x *store.Repair) { x.Detail = with(x.Detail, "released_by", Actor) }, now)
+				break
+			}
 			if now.Sub(rp.UpdatedAt) < r.cfg.ApprovalTTL {
 				return nil
 			}
@@ -579,12 +607,12 @@ func (r *Reconciler) step(ctx context.Context, rp store.Repair, to ledger.State,
 // the guard transaction; a recommended reset or reboot waits for on-call
 // approval, because replacing a node for a first reset-class fault is more
 // disruptive than the fault needs.
-func (r *Reconciler) execute(ctx context.Context, k *kube.Cluster, rp store.Repair, head diagnose.Diagnosis, now time.Time) (store.Repair, error) {
+func (r *Reconciler) execute(ctx context.Context, k *kube.Cluster, sn heldNode, rp store.Repair, head diagnose.Diagnosis, now time.Time) (store.Repair, error) {
 	action := r.effective(head, rp.NodePool).Action // the policy may execute another action than recommended
 	if rp.State == ledger.Tolerating && action != catalog.ActionReplace {
 		return r.step(ctx, rp, ledger.AwaitingApproval, fmt.Sprintf(
 			"recommended action %s is not executable here (NodeClaim replacement only); approve to replace the node, or reset/reboot it by hand", action),
-			map[string]any{"recommended_action": action}, nil, now)
+			map[string]any{"recommended_action": action, "held_by": heldByAction}, func(x *store.Repair) { x.Detail = with(x.Detail, "held_by", heldByAction) }, now)
 	}
 	if rp.NodeClaim == "" {
 		return r.step(ctx, rp, ledger.Failed, "no Karpenter NodeClaim owns the node; replace it by hand", nil, nil, now)
@@ -593,9 +621,18 @@ func (r *Reconciler) execute(ctx context.Context, k *kube.Cluster, rp store.Repa
 	if rp.DryRun {
 		why = "dry-run: " + why
 	}
-	next, err := r.cfg.Store.BeginDeletion(ctx, rp.ID, rp.State, Actor, why, now)
+	var guards []store.DeletionGuard
+	// A human approval overrides the breakers for its repair (never the
+	// budgets); the controller's own decisions always pass them.
+	if rp.State == ledger.Tolerating || rp.Detail["released_by"] == Actor {
+		guards = append(guards, r.breakerGuard(sn))
+	}
+	next, err := r.cfg.Store.BeginDeletion(ctx, rp.ID, rp.State, Actor, why, now, guards...)
 	var budget *store.BudgetExceededError
 	switch {
+	case errors.Is(err, ErrHeldByBreaker):
+		return r.step(ctx, rp, ledger.AwaitingApproval, "held for on-call approval: "+err.Error(),
+			map[string]any{"held_by": heldByBreaker}, func(x *store.Repair) { x.Detail = with(x.Detail, "held_by", heldByBreaker) }, now)
 	case errors.As(err, &budget):
 		r.log.WarnContext(ctx, "repair held by budget", "cluster", rp.Cluster, "node", rp.Node, "repair", rp.ID, "err", err)
 		return rp, nil // retried on the next pass
@@ -609,6 +646,43 @@ func (r *Reconciler) execute(ctx context.Context, k *kube.Cluster, rp store.Repa
 		return next, ErrCrashed
 	}
 	return r.deleting(ctx, k, next, now)
+}
+
+// release reports whether a repair awaiting approval can go on without a
+// human: a breaker-held repair whose breakers closed (at most DrainPerPass
+// per pass: the backlog drains paced, each repair re-validated on its way
+// through Approved), or one held for a non-executable action whose
+// diagnosis has since escalated to replace.
+func (r *Reconciler) release(ctx context.Context, sn heldNode, rp store.Repair, head diagnose.Diagnosis) (bool, string, error) {
+	switch rp.Detail["held_by"] {
+	case heldByAction:
+		if head.Escalated && r.effective(head, rp.NodePool).Action == catalog.ActionReplace {
+			return true, "the diagnosis escalated to replace (" + head.Message + "): no approval needed for an executable action", nil
+		}
+	case heldByBreaker:
+		ok, _, err := r.breakerAllows(ctx, sn)
+		if err != nil || !ok {
+			return false, "", err
+		}
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.released >= r.cfg.DrainPerPass {
+			return false, "", nil // paced: the next pass releases more
+		}
+		r.released++
+		return true, "the breaker holding this repair closed; released (paced) for re-validation", nil
+	}
+	return false, "", nil
+}
+
+// with returns m with k=v set, copying m.
+func with(m map[string]any, k string, v any) map[string]any {
+	out := make(map[string]any, len(m)+1)
+	for kk, vv := range m {
+		out[kk] = vv
+	}
+	out[k] = v
+	return out
 }
 
 // deleting issues the NodeClaim delete (idempotent) and closes the repair

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/fleetrepair/fleetrepair/controller/auth"
+	"github.com/fleetrepair/fleetrepair/controller/breaker"
 	"github.com/fleetrepair/fleetrepair/controller/catalog"
 	"github.com/fleetrepair/fleetrepair/controller/diagnose"
 	"github.com/fleetrepair/fleetrepair/controller/kube"
@@ -46,6 +47,10 @@ type Options struct {
 	Resync time.Duration
 	// PolicyFile holds per-reason and per-NodePool overrides (empty: none).
 	PolicyFile string
+	// Breaker configures the cohort breakers; nil means the defaults
+	// (DisableBreakers turns them off, for tests of other parts only).
+	Breaker         *breaker.Config
+	DisableBreakers bool
 	// Operators authenticates humans for approvals (nil: none can approve).
 	Operators *auth.Operators
 	// LeaderElection, when set, runs per-cluster leader election; the
@@ -107,7 +112,18 @@ func Start(ctx context.Context, o Options) (*Controller, error) {
 			return nil, fmt.Errorf("start controller: %w", err)
 		}
 	}
-	rec, err := repair.New(repair.Config{Store: st, Engine: eng, Clusters: o.Clusters, DryRun: o.DryRun,
+	var bp *breaker.Policy
+	if !o.DisableBreakers {
+		bc := breaker.Config{}
+		if o.Breaker != nil {
+			bc = *o.Breaker
+		}
+		if bp, err = breaker.NewPolicy(bc); err != nil {
+			st.Close()
+			return nil, fmt.Errorf("start controller: %w", err)
+		}
+	}
+	rec, err := repair.New(repair.Config{Store: st, Engine: eng, Clusters: o.Clusters, DryRun: o.DryRun, Breaker: bp,
 		Toleration: o.Toleration, Policy: pol, Resync: o.Resync, Now: o.Now, Log: o.Log, Registerer: reg})
 	if err != nil {
 		st.Close()

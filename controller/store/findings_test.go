@@ -299,3 +299,33 @@ func TestFindingIDsAreScopedByCluster(t *testing.T) {
 		}
 	}
 }
+
+func TestBreakerStateCompareAndSet(t *testing.T) {
+	t.Parallel()
+	s := open(t)
+	ctx := context.Background()
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	doc, v, err := s.BreakerState(ctx)
+	if err != nil || doc != nil || v != 0 {
+		t.Fatalf("initial state = %s v%d %v", doc, v, err)
+	}
+	d := store.BreakerDecision{At: now, Scope: "cohort", Cohort: "zone=b", From: "closed", To: "open", Cause: "tripped", Actor: "breaker",
+		Evidence: []byte(`{"pValue":1e-9}`)}
+	if err := s.SaveBreakerState(ctx, []byte(`{"cohorts":{"zone=b":{}}}`), 0, []store.BreakerDecision{d}, now); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SaveBreakerState(ctx, []byte(`{}`), 0, nil, now); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("second first-save: err = %v, want ErrConflict", err)
+	}
+	_, v, _ = s.BreakerState(ctx)
+	if err := s.SaveBreakerState(ctx, []byte(`{}`), v, nil, now); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SaveBreakerState(ctx, []byte(`{"stale":true}`), v, []store.BreakerDecision{d}, now); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("stale save: err = %v, want ErrConflict", err)
+	}
+	ds, err := s.BreakerDecisions(ctx, 10)
+	if err != nil || len(ds) != 1 || ds[0].Cohort != "zone=b" {
+		t.Fatalf("decisions = %+v, %v; want exactly the one saved with the winning write", ds, err)
+	}
+}

@@ -164,7 +164,7 @@ func measure(pids map[string]int, d time.Duration, load func(ctx context.Context
 
 // inject writes rate lines/s into /dev/kmsg until ctx ends, 10 per open
 // (the per-open rate limit); it returns the lines written.
-func inject(ctx context.Context, rate int, written *atomic.Int64) {
+func inject(ctx context.Context, rate int, written, xids *atomic.Int64) {
 	const tick = 10 * time.Millisecond
 	perTick := max(rate/int(time.Second/tick), 1)
 	t := time.NewTicker(tick)
@@ -186,6 +186,7 @@ func inject(ctx context.Context, rate int, written *atomic.Int64) {
 			n++
 			if !xidDone {
 				xidDone = true
+				xids.Add(1)
 				lines = append(lines, fmt.Sprintf("<3>NVRM: Xid (PCI:0000:fe:00): 13, pid=%d, name=frbench, Graphics SM Warp Exception on (GPC 0, TPC 0, SM 0): Out Of Range Address\n", n))
 				continue
 			}
@@ -296,12 +297,14 @@ func run(agentBin, npdBin, npdConfig, out string, agentArgs []string, idle, floo
 	if err != nil {
 		return err
 	}
-	var written atomic.Int64
-	floodRes, err := measure(pids, flood, func(ctx context.Context) { inject(ctx, rate, &written) })
+	var written, xids atomic.Int64
+	floodRes, err := measure(pids, flood, func(ctx context.Context) { inject(ctx, rate, &written, &xids) })
 	if err != nil {
 		return err
 	}
 	time.Sleep(7 * time.Second) // let the agent flush its last batch
+	// NPD's log is read below while it still runs: on SIGTERM it logs
+	// "Kmsg channel closed" too.
 	fmt.Printf("\n%-22s %12s %10s %12s   %12s %10s %12s\n", "process", "idle cores", "idle RSS", "idle wake/s", "flood cores", "flood RSS", "flood wake/s")
 	for _, name := range []string{"fleetrepair-agent", "node-problem-detector"} {
 		i, ok := idleRes[name]
@@ -315,8 +318,22 @@ func run(agentBin, npdBin, npdConfig, out string, agentArgs []string, idle, floo
 	got := float64(written.Load()) / flood.Seconds()
 	fmt.Printf("\ninjected %d lines (%.0f lines/s achieved)\n", written.Load(), got)
 	ctrl.mu.Lock()
-	fmt.Printf("agent: %d reports, findings %v, lost kernel records %d\n", ctrl.reports, ctrl.findings, ctrl.lost)
+	fmt.Printf("Xid lines injected: %d; agent: Xid findings %d (%d reports), lost kernel records %d (counted, reported in the heartbeat)\n",
+		xids.Load(), ctrl.findings["xid/0000:fe:00.0"], ctrl.reports, ctrl.lost)
 	ctrl.mu.Unlock()
+	if npdBin != "" {
+		// NPD logs each event once ("New status generated ... Reason:NVRMXid")
+		// and "Kmsg channel closed" when its reader stops (go-kmsg-parser
+		// closes its channel on the EPIPE of an overrun).
+		b, _ := os.ReadFile(filepath.Join(out, "node-problem-detector.log"))
+		log := string(b)
+		fmt.Printf("node-problem-detector: NVRMXid events %d", strings.Count(log, "Reason:NVRMXid Message"))
+		if i := strings.Index(log, "Kmsg channel closed"); i >= 0 {
+			line := log[max(strings.LastIndexByte(log[:i], '\n'), 0):i]
+			fmt.Printf("; its kernel log reader STOPPED during the run (%s): its flood figures cover a partial run", strings.TrimSpace(line))
+		}
+		fmt.Println()
+	}
 	if n, ok := floodRes["node-problem-detector"]; ok && n.cores > 0 {
 		a := floodRes["fleetrepair-agent"]
 		fmt.Printf("flood CPU ratio agent/NPD: %.2f; idle RSS ratio: %.2f\n", a.cores/n.cores,

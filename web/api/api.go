@@ -113,6 +113,9 @@ func Handler(cfg Config) (http.Handler, error) {
 		r.Get("/nodes/{cluster}/{node}", s.getNode)
 		r.Get("/reasons", s.reasons)
 		r.Get("/clusters", s.listClusters)
+		r.Get("/breakers", s.getBreakers)
+		r.Post("/breakers/resume", s.breakerAction(false))
+		r.Post("/breakers/kill-switch", s.breakerAction(true))
 	})
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no such route: "+r.Method+" "+r.URL.Path, "see the route list in README.md", nil)

@@ -1,0 +1,143 @@
+package repair_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
+	"github.com/fleetrepair/fleetrepair/controller/breaker"
+	"github.com/fleetrepair/fleetrepair/controller/diagnose"
+	"github.com/fleetrepair/fleetrepair/controller/kube"
+	"github.com/fleetrepair/fleetrepair/controller/ledger"
+	"github.com/fleetrepair/fleetrepair/controller/repair"
+	"github.com/fleetrepair/fleetrepair/controller/store"
+	"github.com/fleetrepair/fleetrepair/test/karpentersim"
+	"github.com/fleetrepair/fleetrepair/test/pgtest"
+)
+
+// TestZoneBreakerHoldsCohortOnly: six of ten nodes in zone z1 lose a GPU at
+// once (an AZ problem), one of forty in z2 too. The zone breaker trips: the
+// z1 repairs wait for approval with the cohort and numbers, the lone z2
+// failure is replaced. After a human resumes the breaker, the held repairs
+// are released one per pass, each through the budgets.
+func TestZoneBreakerHoldsCohortOnly(t *testing.T) {
+	ctx := context.Background()
+	st, err := store.Open(ctx, pgtest.DSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	c := fake.NewClientBuilder().WithScheme(kube.Scheme).WithStatusSubresource(&corev1.Node{}, &karpv1.NodeClaim{}).Build()
+	sim := karpentersim.New(c, 0)
+	_ = sim.CreateNodePool(ctx, "gpu")
+	var z1, z2 []string
+	for i := 0; i < 50; i++ {
+		zone, name := "z2", fmt.Sprintf("b%02d", i)
+		if i < 10 {
+			zone, name = "z1", fmt.Sprintf("a%02d", i)
+			z1 = append(z1, name)
+		} else {
+			z2 = append(z2, name)
+		}
+		if err := sim.CreateNode(ctx, karpentersim.NodeSpec{Name: name, NodePool: "gpu", Zone: zone, InstanceType: "p5.48xlarge", GPUs: 8}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	k := kube.New("c1", c)
+	pol, err := breaker.NewPolicy(breaker.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, _ := diagnose.New(diagnose.Options{})
+	clk := newClock()
+	rec, err := repair.New(repair.Config{Store: st, Engine: eng, Clusters: map[string]*kube.Cluster{"c1": k}, Breaker: pol, Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.SetClusterBudget(ctx, "c1", 100, 10, clk.Now()); err != nil {
+		t.Fatal(err)
+	}
+	e := &env{st: st, k: k, sim: sim, rec: rec, clock: clk}
+	failing := append(append([]string(nil), z1[:6]...), z2[0])
+	for _, n := range failing {
+		e.ingest(t, n, xid79())
+		e.reconcile(t, n)
+	}
+	clk.Add(time.Minute)
+	if err := rec.EvaluateBreakers(ctx); err != nil {
+		t.Fatal(err)
+	}
+	doc, _, _ := st.BreakerState(ctx)
+	var bs breaker.State
+	_ = json.Unmarshal(doc, &bs)
+	if _, open := bs.Cohorts["zone=z1"]; !open || len(bs.Cohorts) != 1 {
+		t.Fatalf("open breakers = %v, want exactly zone=z1", bs.OpenCohorts())
+	}
+	clk.Add(10 * time.Minute)
+	if err := rec.EvaluateBreakers(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range failing {
+		e.reconcile(t, n)
+	}
+	for _, n := range z1[:6] {
+		r := e.open(t, n)
+		if r.State != ledger.AwaitingApproval || r.Detail["held_by"] != "breaker" {
+			t.Fatalf("%s: %s held_by=%v, want awaiting_approval held by the breaker", n, r.State, r.Detail["held_by"])
+		}
+		audit, _ := st.RepairAudit(ctx, r.ID)
+		if last := audit[len(audit)-1]; !strings.Contains(last.Reason, "zone=z1") {
+			t.Fatalf("%s: hold reason %q does not name the cohort", n, last.Reason)
+		}
+		if e.nodeClaimDeleting(t, n+"-nc") {
+			t.Fatalf("%s: NodeClaim deleted behind an open breaker", n)
+		}
+	}
+	if r := e.open(t, z2[0]); r.State != ledger.Deleting || !e.nodeClaimDeleting(t, z2[0]+"-nc") {
+		t.Fatalf("lone z2 failure: %s, want deleting", r.State)
+	}
+	ds, _ := st.BreakerDecisions(ctx, 10)
+	if len(ds) == 0 || ds[0].Cohort != "zone=z1" || !strings.Contains(string(ds[0].Evidence), "pValue") {
+		t.Fatalf("breaker decisions = %+v, want the trip with its evidence", ds)
+	}
+
+	// On-call resumes the breaker: held repairs drain one per pass.
+	doc, v, _ := st.BreakerState(ctx)
+	_ = json.Unmarshal(doc, &bs)
+	bs, d, err := breaker.Resume(bs, "zone=z1", "user:oncall", "AZ recovered, replace the broken ones", clk.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	newDoc, _ := json.Marshal(bs)
+	if err := st.SaveBreakerState(ctx, newDoc, v, nil, clk.Now()); err != nil {
+		t.Fatal(err)
+	}
+	_ = d
+	released := func() int {
+		n := 0
+		for _, name := range z1[:6] {
+			if r, err := st.OpenRepairForNode(ctx, "c1", name); err != nil || r.State != ledger.AwaitingApproval {
+				n++
+			}
+		}
+		return n
+	}
+	for pass := 1; pass <= 3; pass++ {
+		if err := rec.EvaluateBreakers(ctx); err != nil { // a periodic pass starts with the evaluation
+			t.Fatal(err)
+		}
+		for _, n := range z1[:6] {
+			e.reconcile(t, n)
+		}
+		if got := released(); got != pass {
+			t.Fatalf("after pass %d: %d repairs released, want %d (paced, one per pass)", pass, got, pass)
+		}
+	}
+}

@@ -1,0 +1,191 @@
+package repair
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/fleetrepair/fleetrepair/controller/breaker"
+	"github.com/fleetrepair/fleetrepair/controller/kube"
+	"github.com/fleetrepair/fleetrepair/controller/store"
+)
+
+// Breakers (DESIGN.md, decision 8): every periodic pass evaluates the cohort
+// breakers over the whole fleet (every cluster) and saves the state
+// compare-and-set, so replicas never overwrite each other. Before a
+// deletion, the guard transaction re-reads the saved state and asks
+// breaker.Allows; a held repair goes to awaiting_approval saying which
+// cohort, with which numbers. When the breaker closes, held repairs are
+// released at DrainPerPass per pass, each re-validated on the way.
+
+// ErrHeldByBreaker is returned by the deletion guard when a breaker holds
+// the node's repair.
+var ErrHeldByBreaker = errors.New("held by a breaker")
+
+// Held reasons recorded in a repair's detail ("held_by").
+const (
+	heldByBreaker = "breaker"
+	heldByAction  = "action"
+)
+
+// breakerNode is a node's identity and cohort attributes for the breakers:
+// Kubernetes metadata (NodePool, zone, instance type, kernel, OS image,
+// configured labels) plus what the agent reports (driver version). Names are
+// cluster-qualified: node names repeat across clusters.
+func (r *Reconciler) breakerNode(cluster string, info kube.NodeInfo, agent store.Node) breaker.Node {
+	attrs := map[string]string{
+		"cluster": cluster, "nodepool": info.NodePool, "zone": info.Zone, "instance_type": info.InstanceType,
+		"kernel": info.KernelVersion, "image": info.OSImage, "driver_version": agent.DriverVersion,
+	}
+	if agent.KernelVersion != "" {
+		attrs["kernel"] = agent.KernelVersion
+	}
+	if r.cfg.Breaker != nil {
+		for _, l := range r.cfg.Breaker.Config().Labels {
+			if v := info.Labels[l]; v != "" {
+				attrs[l] = v
+			}
+		}
+	}
+	return breaker.Node{Name: cluster + "/" + info.Name, Attrs: attrs}
+}
+
+// heldNode is what the guard needs to know of the node under repair.
+type heldNode struct {
+	cluster string
+	info    kube.NodeInfo
+	agent   store.Node
+}
+
+func nodeFromInfo(cluster string, info kube.NodeInfo, agent store.Node) heldNode {
+	return heldNode{cluster: cluster, info: info, agent: agent}
+}
+
+// loadBreakers reads the saved breaker state.
+func (r *Reconciler) loadBreakers(ctx context.Context) (breaker.State, int64, error) {
+	doc, v, err := r.cfg.Store.BreakerState(ctx)
+	if err != nil || doc == nil {
+		return breaker.State{}, v, err
+	}
+	var st breaker.State
+	if err := json.Unmarshal(doc, &st); err != nil {
+		return breaker.State{}, v, fmt.Errorf("decode breaker state: %w", err)
+	}
+	return st, v, nil
+}
+
+// EvaluateBreakers runs one evaluation over the fleet and saves it; the
+// periodic pass calls it first.
+func (r *Reconciler) EvaluateBreakers(ctx context.Context) error {
+	r.mu.Lock()
+	r.released = 0 // a new pass: DrainPerPass more held repairs may go
+	r.mu.Unlock()
+	if r.cfg.Breaker == nil {
+		return nil
+	}
+	now := r.cfg.Now()
+	agents, err := r.cfg.Store.ListNodes(ctx, "")
+	if err != nil {
+		return fmt.Errorf("evaluate breakers: %w", err)
+	}
+	byName := make(map[string]store.Node, len(agents))
+	for _, n := range agents {
+		byName[n.Cluster+"/"+n.Name] = n
+	}
+	var bn []breaker.Node
+	for name, k := range r.cfg.Clusters {
+		infos, err := k.Nodes(ctx)
+		if err != nil {
+			continue // an unreachable cluster's nodes are unknown; observe() records it
+		}
+		for _, info := range infos {
+			bn = append(bn, r.breakerNode(name, info, byName[name+"/"+info.Name]))
+		}
+	}
+	var signals []breaker.Signal
+	for name := range r.cfg.Clusters {
+		ds, err := r.cfg.Store.ActiveDiagnoses(ctx, name, "")
+		if err != nil {
+			return fmt.Errorf("evaluate breakers: %w", err)
+		}
+		for _, d := range ds {
+			if d.FaultClass == "none" || d.FaultClass == "provisioning" {
+				continue
+			}
+			node := name + "/" + d.Node
+			signals = append(signals, breaker.Signal{Node: node, At: d.LastSeen})
+			if d.Severity == "condition" {
+				signals = append(signals, breaker.Signal{Node: node, At: now, Ongoing: true})
+			}
+		}
+	}
+	for attempt := 0; attempt < 3; attempt++ {
+		prior, v, err := r.loadBreakers(ctx)
+		if err != nil {
+			return err
+		}
+		st, decisions := r.cfg.Breaker.Evaluate(now, r.cfg.Breaker.Fleet(bn), signals, prior)
+		doc, err := json.Marshal(st)
+		if err != nil {
+			return fmt.Errorf("encode breaker state: %w", err)
+		}
+		err = r.cfg.Store.SaveBreakerState(ctx, doc, v, toStored(decisions), now)
+		if errors.Is(err, store.ErrConflict) {
+			continue // another replica evaluated meanwhile
+		}
+		if err != nil {
+			return err
+		}
+		for _, d := range decisions {
+			r.log.WarnContext(ctx, "breaker decision", "scope", d.Scope, "cohort", d.Cohort, "from", d.From, "to", d.To,
+				"cause", d.Cause, "halt_rollout", d.HaltRollout, "message", d.Message)
+		}
+		r.breakersOpen.Set(float64(len(st.Cohorts)))
+		return nil
+	}
+	return errors.New("evaluate breakers: state kept changing")
+}
+
+// toStored converts breaker decisions for the store.
+func toStored(ds []breaker.Decision) []store.BreakerDecision {
+	out := make([]store.BreakerDecision, 0, len(ds))
+	for _, d := range ds {
+		ev, _ := json.Marshal(d.Evidence)
+		out = append(out, store.BreakerDecision{At: d.At, Scope: string(d.Scope), Cohort: d.Cohort, From: string(d.From),
+			To: string(d.To), Cause: string(d.Cause), Actor: d.Actor, Message: d.Message, HaltRollout: d.HaltRollout, Evidence: ev})
+	}
+	return out
+}
+
+// breakerGuard is the deletion guard: it re-reads the saved state inside
+// the guard transaction and refuses when a breaker holds the node.
+func (r *Reconciler) breakerGuard(node heldNode) store.DeletionGuard {
+	return func(ctx context.Context, _ store.Repair, _ store.DeletionBudget) error {
+		if r.cfg.Breaker == nil {
+			return nil
+		}
+		st, _, err := r.loadBreakers(ctx)
+		if err != nil {
+			return err
+		}
+		if ok, why := breaker.Allows(st, r.breakerNode(node.cluster, node.info, node.agent)); !ok {
+			return fmt.Errorf("%s: %w", why, ErrHeldByBreaker)
+		}
+		return nil
+	}
+}
+
+// breakerAllows reports whether the breakers let the node's repair proceed
+// now (for releasing held repairs).
+func (r *Reconciler) breakerAllows(ctx context.Context, node heldNode) (bool, string, error) {
+	if r.cfg.Breaker == nil {
+		return true, "", nil
+	}
+	st, _, err := r.loadBreakers(ctx)
+	if err != nil {
+		return false, "", err
+	}
+	ok, why := breaker.Allows(st, r.breakerNode(node.cluster, node.info, node.agent))
+	return ok, why, nil
+}
