@@ -4,6 +4,10 @@
 //	migrate      apply or roll back the database migrations
 //	diagnose     print the diagnoses the rules reach for findings (JSON lines)
 //	repairs      list and show repair history through the API
+//	approve      approve a repair awaiting approval (operator token)
+//	reject       reject a repair awaiting approval (operator token)
+//	breakers     list breakers; resume one, or the kill switch (admin token)
+//	simulate     replay fleet scenarios through the real policy and two baselines
 //	demo         run the self-contained demo (throwaway PostgreSQL, simulated fleet)
 //
 // main only wires the process: signals, streams and the exit code.
@@ -41,7 +45,7 @@ func run(ctx context.Context, args []string, in io.Reader, out, errOut io.Writer
 	root.SetIn(in)
 	root.SetOut(out)
 	root.SetErr(errOut)
-	root.AddCommand(newControllerCmd(), newMigrateCmd(), newDiagnoseCmd(), newRepairsCmd(), newDemoCmd(), newDecisionCmd("approve"), newDecisionCmd("reject"), newSimulateCmd())
+	root.AddCommand(newControllerCmd(), newMigrateCmd(), newDiagnoseCmd(), newRepairsCmd(), newDemoCmd(), newDecisionCmd("approve"), newDecisionCmd("reject"), newBreakersCmd(), newSimulateCmd())
 	return root.ExecuteContext(ctx)
 }
 
