@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"io/fs"
@@ -80,15 +81,37 @@ It prints what happens as it happens and the API's URL.`,
 }
 
 type demoNode struct {
-	name, zone, fixture, story string
+	name, pool, zone, fixture, story string
+	// delay is when the agent starts replaying, after the demo started.
+	delay time.Duration
 }
 
-var demoNodes = []demoNode{
-	{"gpu-a100-1", "us-east-1a", "c01-xid79-aer-surprise-down/input.devkmsg.txt", "a GPU falls off the bus"},
-	{"gpu-a100-2", "us-east-1a", "c10-xid31-driver-rollout/input.kmsg.txt", "application-class Xid 31 only"},
-	{"gpu-a100-3", "us-east-1b", "", "quiet"},
-	{"gpu-a100-4", "us-east-1b", "", "quiet"},
-}
+// zoneOutage is the zone of the second scenario: a degraded AZ takes the GPUs
+// of most of its nodes off the bus at once. Replacing them would land the
+// replacements in the same zone: the zone breaker must pause them.
+const zoneOutage = "us-east-1c"
+
+var demoNodes = func() []demoNode {
+	ns := []demoNode{
+		{name: "gpu-a100-1", pool: "gpu-a100", zone: "us-east-1a", fixture: "c01-xid79-aer-surprise-down/input.devkmsg.txt", story: "a GPU falls off the bus"},
+		{name: "gpu-a100-2", pool: "gpu-a100", zone: "us-east-1a", fixture: "c10-xid31-driver-rollout/input.kmsg.txt", story: "application-class Xid 31 only"},
+		{name: "gpu-a100-3", pool: "gpu-a100", zone: "us-east-1b", story: "quiet"},
+		{name: "gpu-a100-4", pool: "gpu-a100", zone: "us-east-1b", story: "quiet"},
+	}
+	// Scenario 2: NodePool gpu-h100, 8 nodes in us-east-1c (7 lose a GPU at
+	// t+30s) and 16 quiet nodes in us-east-1d.
+	for i := 1; i <= 24; i++ {
+		n := demoNode{name: fmt.Sprintf("gpu-h100-%d", i), pool: "gpu-h100", zone: "us-east-1d", story: "quiet"}
+		if i <= 8 {
+			n.zone = zoneOutage
+		}
+		if i <= 7 {
+			n.fixture, n.story, n.delay = "c02-fallen-off-bus-no-xid/input.devkmsg.txt", "zone outage", 30*time.Second
+		}
+		ns = append(ns, n)
+	}
+	return ns
+}()
 
 const demoCluster = "demo"
 
@@ -137,15 +160,18 @@ func runDemo(ctx context.Context, o demoOptions, out io.Writer) error {
 		p("karpenter: NodeClaim %s finalized, node %s removed; replacement %s is Ready", r.OldNodeClaim, r.OldNode, r.NewNode)
 		replaced <- r
 	}
-	if err := sim.CreateNodePool(ctx, "gpu-a100"); err != nil {
-		return err
-	}
-	for _, n := range demoNodes {
-		if err := sim.CreateNode(ctx, karpentersim.NodeSpec{Name: n.name, NodePool: "gpu-a100", Zone: n.zone, InstanceType: "p4d.24xlarge", GPUs: 8}); err != nil {
+	for _, pool := range []string{"gpu-a100", "gpu-h100"} {
+		if err := sim.CreateNodePool(ctx, pool); err != nil {
 			return err
 		}
 	}
-	p("simulated cluster %q: NodePool gpu-a100, %d nodes (p4d.24xlarge, 8 GPUs each)", demoCluster, len(demoNodes))
+	for _, n := range demoNodes {
+		itype := map[string]string{"gpu-a100": "p4d.24xlarge", "gpu-h100": "p5.48xlarge"}[n.pool]
+		if err := sim.CreateNode(ctx, karpentersim.NodeSpec{Name: n.name, NodePool: n.pool, Zone: n.zone, InstanceType: itype, GPUs: 8}); err != nil {
+			return err
+		}
+	}
+	p("simulated cluster %q: NodePool gpu-a100 (4 nodes, p4d.24xlarge) and gpu-h100 (24 nodes, p5.48xlarge), 8 GPUs each", demoCluster)
 
 	logw := io.Discard
 	if o.verbose {
@@ -204,6 +230,7 @@ func runDemo(ctx context.Context, o demoOptions, out io.Writer) error {
 		}
 	})
 	goRun("watch", func() error { return watchRepairs(ctx, ctrl.Store, p) })
+	goRun("watch breakers", func() error { return watchBreakers(ctx, ctrl.Store, p) })
 
 	p("agents started; %s", storyLine())
 	p("try:  curl -s %s/api/v1/repairs | jq   or   ./bin/fleetrepair repairs list --server %s", ctrl.URL, ctrl.URL)
@@ -211,7 +238,7 @@ func runDemo(ctx context.Context, o demoOptions, out io.Writer) error {
 
 	var result error
 	if o.exitAfter {
-		result = checkScenarios(ctx, ctrl.Store, sim, o.timeout, p)
+		result = checkScenarios(ctx, ctrl, sim, o.timeout, p)
 		cancel()
 	} else {
 		select {
@@ -233,11 +260,27 @@ func runDemo(ctx context.Context, o demoOptions, out io.Writer) error {
 }
 
 func storyLine() string {
-	parts := make([]string, 0, len(demoNodes))
-	for _, n := range demoNodes {
+	parts := make([]string, 0, 5)
+	for _, n := range demoNodes[:4] {
 		parts = append(parts, n.name+": "+n.story)
 	}
+	parts = append(parts, "gpu-h100-1..7 in "+zoneOutage+": zone outage at t+30s (the zone breaker pauses their repairs until on-call resumes it)")
 	return strings.Join(parts, "; ")
+}
+
+// delayed is a Source that starts src after d (the agent heartbeats meanwhile).
+type delayed struct {
+	d   time.Duration
+	src pipeline.Source
+}
+
+func (s delayed) Run(ctx context.Context, out chan<- kmsg.Record) error {
+	select {
+	case <-time.After(s.d):
+	case <-ctx.Done():
+		return nil
+	}
+	return s.src.Run(ctx, out)
 }
 
 // quiet is a Source with no kernel messages: the agent only heartbeats.
@@ -254,14 +297,14 @@ func runDemoAgent(ctx context.Context, url string, n demoNode, log *slog.Logger,
 	}
 	var src pipeline.Source = quiet{}
 	if n.fixture != "" {
-		src = pipeline.Replay{Path: n.fixture, Interval: 300 * time.Millisecond,
+		src = delayed{d: n.delay, src: pipeline.Replay{Path: n.fixture, Interval: 300 * time.Millisecond,
 			Open: func(path string) (io.ReadCloser, error) {
 				sub, err := fs.Sub(fixtures.Cases, "cases")
 				if err != nil {
 					return nil, err
 				}
 				return sub.Open(path)
-			}}
+			}}}
 	}
 	return pipeline.Run(ctx, pipeline.Config{Source: src, Uplink: up, Log: log,
 		Detector: detect.Options{Node: n.name, BootID: boot},
@@ -316,13 +359,69 @@ func watchRepairs(ctx context.Context, st *store.Store, p func(string, ...any)) 
 	}
 }
 
-// checkScenarios waits until every demo outcome holds or the timeout
-// passes, prints a summary, and returns an error listing what is wrong.
-func checkScenarios(ctx context.Context, st *store.Store, sim *karpentersim.Sim, timeout time.Duration, p func(string, ...any)) error {
+// watchBreakers prints every breaker decision once, as it is saved.
+func watchBreakers(ctx context.Context, st *store.Store, p func(string, ...any)) error {
+	var last int64
+	t := time.NewTicker(300 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		ds, err := st.BreakerDecisions(ctx, 50)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		for i := len(ds) - 1; i >= 0; i-- {
+			if d := ds[i]; d.ID > last {
+				last = d.ID
+				p("BREAKER %s %s: %s -> %s (%s, %s) %s", d.Scope, d.Cohort, d.From, d.To, d.Cause, d.Actor, d.Message)
+			}
+		}
+	}
+}
+
+// zoneHeld reports how many zone-outage repairs wait for approval, held by
+// the breaker.
+func zoneHeld(ctx context.Context, st *store.Store) int {
+	held := 0
+	for i := 1; i <= 7; i++ {
+		r, err := st.OpenRepairForNode(ctx, demoCluster, fmt.Sprintf("gpu-h100-%d", i))
+		if err == nil && r.State == ledger.AwaitingApproval && r.Detail["held_by"] == "breaker" {
+			held++
+		}
+	}
+	return held
+}
+
+// checkScenarios drives the on-call part of the demo (it resumes the zone
+// breaker once every zone repair is held), waits until every outcome holds
+// or the timeout passes, prints a summary, and returns an error listing
+// what is wrong.
+func checkScenarios(ctx context.Context, ctrl *runner.Controller, sim *karpentersim.Sim, timeout time.Duration, p func(string, ...any)) error {
+	st := ctrl.Store
 	deadline := time.Now().Add(timeout)
 	var problems []string
+	var resumedAt time.Time
 	for {
-		problems = demoProblems(ctx, st, sim)
+		if resumedAt.IsZero() && zoneHeld(ctx, st) == 7 {
+			if early := replacedIn(sim, "gpu-h100-", time.Time{}); early > 0 {
+				p("FAIL: %d zone-outage nodes replaced before the on-call decided", early)
+			}
+			p("on-call: all 7 zone repairs are held by the breaker; resuming it (the AZ is healthy again)")
+			body := []byte(`{"cohort":"zone=` + zoneOutage + `","reason":"demo: AZ recovered, replace the broken nodes"}`)
+			var out json.RawMessage
+			if err := postJSON(ctx, ctrl.URL+"/api/v1/breakers/resume", demoOperatorToken, body, &out); err != nil {
+				return fmt.Errorf("demo on-call: resume breaker: %w", err)
+			}
+			resumedAt = time.Now()
+		}
+		problems = demoProblems(ctx, st, sim, resumedAt)
 		if len(problems) == 0 || time.Now().After(deadline) || ctx.Err() != nil {
 			break
 		}
@@ -334,7 +433,7 @@ func checkScenarios(ctx context.Context, st *store.Store, sim *karpentersim.Sim,
 	// Hold a little longer: nothing else may happen after success.
 	if len(problems) == 0 {
 		time.Sleep(2 * time.Second)
-		problems = demoProblems(ctx, st, sim)
+		problems = demoProblems(ctx, st, sim, resumedAt)
 	}
 	p("---- scenario summary ----")
 	checks := []string{
@@ -342,6 +441,7 @@ func checkScenarios(ctx context.Context, st *store.Store, sim *karpentersim.Sim,
 		"replacement node: its agent reports, the removed node keeps no active diagnosis",
 		"gpu-a100-2 (app-class Xids): Events only, no repair, no NodeClaim deletion",
 		"gpu-a100-3, gpu-a100-4 (quiet): untouched",
+		"zone outage (7 of 8 nodes in " + zoneOutage + "): the zone breaker tripped with its evidence, no replacement before on-call resumed it, then all 7 replaced (paced), no other node touched",
 	}
 	if len(problems) == 0 {
 		for _, c := range checks {
@@ -355,15 +455,52 @@ func checkScenarios(ctx context.Context, st *store.Store, sim *karpentersim.Sim,
 	return fmt.Errorf("demo: %d scenario outcome(s) wrong", len(problems))
 }
 
-func demoProblems(ctx context.Context, st *store.Store, sim *karpentersim.Sim) []string {
+// replacedIn counts replacements of nodes with the prefix before t (zero t:
+// all of them).
+func replacedIn(sim *karpentersim.Sim, prefix string, before time.Time) int {
+	n := 0
+	for _, r := range sim.Replacements() {
+		if strings.HasPrefix(r.OldNode, prefix) && (before.IsZero() || r.At.Before(before)) {
+			n++
+		}
+	}
+	return n
+}
+
+func demoProblems(ctx context.Context, st *store.Store, sim *karpentersim.Sim, resumedAt time.Time) []string {
 	var out []string
 	reps := sim.Replacements()
 	lost := 0
+	zone := map[string]bool{}
+	for i := 1; i <= 7; i++ {
+		zone[fmt.Sprintf("gpu-h100-%d", i)] = true
+	}
 	for _, r := range reps {
-		if r.OldNode == "gpu-a100-1" {
+		switch {
+		case r.OldNode == "gpu-a100-1":
 			lost++
-		} else {
+		case zone[r.OldNode]:
+			if resumedAt.IsZero() || r.At.Before(resumedAt) {
+				out = append(out, "zone-outage node "+r.OldNode+" was replaced before on-call resumed the breaker")
+			}
+		default:
 			out = append(out, "node "+r.OldNode+" was replaced but should not have been")
+		}
+	}
+	if resumedAt.IsZero() {
+		out = append(out, fmt.Sprintf("zone breaker: %d of 7 zone repairs held so far", zoneHeld(ctx, st)))
+	} else if n := replacedIn(sim, "gpu-h100-", time.Time{}); n != 7 {
+		out = append(out, fmt.Sprintf("zone outage: %d of 7 nodes replaced after the resume so far", n))
+	}
+	if ds, err := st.BreakerDecisions(ctx, 100); err == nil {
+		tripped := false
+		for _, d := range ds {
+			if d.Cohort == "zone="+zoneOutage && d.Cause == "tripped" {
+				tripped = true
+			}
+		}
+		if !tripped {
+			out = append(out, "the zone breaker did not trip")
 		}
 	}
 	if lost != 1 {
@@ -379,6 +516,9 @@ func demoProblems(ctx context.Context, st *store.Store, sim *karpentersim.Sim) [
 		out = append(out, fmt.Sprintf("gpu-a100-1 repair is %s/%s, want replaced/GPULost", rs[0].State, rs[0].Reason))
 	}
 	for _, r := range reps {
+		if r.OldNode != "gpu-a100-1" {
+			continue
+		}
 		if n, err := st.GetNode(ctx, demoCluster, r.NewNode); err != nil || n.LastSeen.IsZero() {
 			out = append(out, "replacement node "+r.NewNode+" has not reported from its agent yet")
 		}

@@ -29,7 +29,9 @@ import (
 	"testing"
 	"time"
 
+	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crenvtest "sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -47,16 +49,16 @@ const ModulePath = "github.com/fleetrepair/fleetrepair"
 const AssetsEnv = "KUBEBUILDER_ASSETS"
 
 // Options configures an environment. The zero value is a cluster with the
-// Karpenter CRDs and no authorization (AlwaysAllow).
+// Karpenter CRDs in which every authenticated identity may do anything.
 type Options struct {
-	// RBAC turns on RBAC authorization (--authorization-mode=RBAC): the
-	// admin identity (Config, Client) is in system:masters and may do
-	// anything; any other identity, impersonated with ClientAs, holds only
-	// what Roles and ClusterRoles grant it. Off, the API server runs with
-	// --authorization-mode=AlwaysAllow, so an identity's permissions are
-	// never in question. (envtest alone would run RBAC; making "off" mean
-	// AlwaysAllow keeps a test that has not asked for RBAC from silently
-	// depending on it.)
+	// RBAC makes authorization real: the API server authorizes with RBAC
+	// (--authorization-mode=RBAC), the admin identity (Config, Client) is in
+	// system:masters and may do anything, and any other identity,
+	// impersonated with ClientAs, holds only what Roles and ClusterRoles
+	// grant it. Off, every authenticated identity is bound to cluster-admin,
+	// so permissions are never in question. (The API server still runs
+	// RBAC then: with --authorization-mode=AlwaysAllow it refuses anonymous
+	// requests, and envtest's readiness probe is one.)
 	RBAC bool
 	// CRDs are installed after the Karpenter CRDs.
 	CRDs []*apiextensionsv1.CustomResourceDefinition
@@ -156,11 +158,7 @@ func start(dir string, o Options) (*Env, error) {
 	api.Path = filepath.Join(dir, "kube-apiserver")
 	te.ControlPlane.Etcd = &crenvtest.Etcd{Path: filepath.Join(dir, "etcd")}
 	args := api.Configure()
-	if o.RBAC {
-		args.Set("authorization-mode", "RBAC")
-	} else {
-		args.Set("authorization-mode", "AlwaysAllow")
-	}
+	args.Set("authorization-mode", "RBAC")
 	for name, vals := range o.APIServerArgs {
 		args.Set(name, vals...)
 	}
@@ -173,6 +171,16 @@ func start(dir string, o Options) (*Env, error) {
 	e := &Env{Config: cfg, Client: c, AssetsDir: dir, env: te}
 	if err != nil {
 		return e, fmt.Errorf("build client: %w", err)
+	}
+	if !o.RBAC {
+		crb := &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "envtest:authenticated-cluster-admin"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
+			Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: "system:authenticated"}},
+		}
+		if err := c.Create(context.Background(), crb); err != nil {
+			return e, fmt.Errorf("bind authenticated users to cluster-admin: %w", err)
+		}
 	}
 	return e, nil
 }

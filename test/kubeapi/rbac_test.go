@@ -10,6 +10,7 @@ import (
 	authnv1 "k8s.io/api/authentication/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -338,7 +339,8 @@ func testRefused(t *testing.T, env *envtest.Env, ctrl client.Client) {
 		{"list Secrets", func() error { return ctrl.List(ctx, &corev1.SecretList{}, client.InNamespace(namespace)) }},
 		{"list Pods", func() error { return ctrl.List(ctx, &corev1.PodList{}) }},
 		{"evict a Pod", func() error {
-			return ctrl.SubResource("eviction").Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: namespace}}, nil)
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: namespace}}
+			return ctrl.SubResource("eviction").Create(ctx, pod, &policyv1.Eviction{ObjectMeta: pod.ObjectMeta})
 		}},
 		{"create a NodeClaim", func() error {
 			nc := &karpv1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: "rogue"}, Spec: claim.Spec}
