@@ -61,6 +61,8 @@ type NodeInfo struct {
 	// KernelVersion and OSImage come from the kubelet's node info.
 	KernelVersion string
 	OSImage       string
+	// Created is the Node object's creation time.
+	Created time.Time
 }
 
 func nodeInfo(n *corev1.Node) NodeInfo {
@@ -74,6 +76,7 @@ func nodeInfo(n *corev1.Node) NodeInfo {
 		Conditions:    n.Status.Conditions,
 		KernelVersion: n.Status.NodeInfo.KernelVersion,
 		OSImage:       n.Status.NodeInfo.OSImage,
+		Created:       n.CreationTimestamp.Time,
 	}
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady {

@@ -63,6 +63,9 @@ type Config struct {
 	// DrainPerPass is how many breaker-held repairs one periodic pass
 	// releases after their breaker closed (default 1): no stampede.
 	DrainPerPass int
+	// VerifyTimeout bounds the wait for a healthy replacement after a
+	// deletion (default DefaultVerifyTimeout).
+	VerifyTimeout time.Duration
 	// ApprovalTTL is how long a repair waits for on-call approval before it
 	// expires (default 24h).
 	ApprovalTTL time.Duration
@@ -98,10 +101,12 @@ type Reconciler struct {
 	// released counts breaker-held repairs released in the current pass.
 	released int
 
-	breakersOpen prometheus.Gauge
-	reconciles   *prometheus.CounterVec
-	deletions    *prometheus.CounterVec
-	transitions  *prometheus.CounterVec
+	breakersOpen       prometheus.Gauge
+	timeToReplace      prometheus.Histogram
+	replacementsFailed prometheus.Counter
+	reconciles         *prometheus.CounterVec
+	deletions          *prometheus.CounterVec
+	transitions        *prometheus.CounterVec
 }
 
 type nodeKey struct{ cluster, node string }
@@ -141,9 +146,14 @@ func New(cfg Config) (*Reconciler, error) {
 			Help: "Repair state transitions made by the controller, by target state."}, []string{"to"}),
 		breakersOpen: prometheus.NewGauge(prometheus.GaugeOpts{Name: "fleetrepair_breakers_open",
 			Help: "Cohort breakers open after the last evaluation."}),
+		timeToReplace: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "fleetrepair_time_to_replace_seconds",
+			Help:    "From the NodeClaim deletion to the replacement Node Ready and healthy, in seconds.",
+			Buckets: prometheus.ExponentialBuckets(15, 2, 10)}),
+		replacementsFailed: prometheus.NewCounter(prometheus.CounterOpts{Name: "fleetrepair_replacements_failed_total",
+			Help: "Replacements not Ready and healthy within the verify timeout."}),
 	}
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{r.reconciles, r.deletions, r.transitions, r.breakersOpen} {
+		for _, c := range []prometheus.Collector{r.reconciles, r.deletions, r.transitions, r.breakersOpen, r.timeToReplace, r.replacementsFailed} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("register repair metrics: %w", err)
 			}
@@ -279,6 +289,9 @@ func (r *Reconciler) enqueueOpen(ctx context.Context) {
 	if err := r.EvaluateBreakers(ctx); err != nil {
 		r.log.ErrorContext(ctx, "evaluate breakers", "err", err)
 	}
+	if err := r.verifyReplacements(ctx); err != nil {
+		r.log.ErrorContext(ctx, "verify replacements", "err", err)
+	}
 	open, err := r.cfg.Store.RepairsInState(ctx, ledger.OpenStates()...)
 	if err != nil {
 		r.log.ErrorContext(ctx, "list open repairs", "err", err)
@@ -347,6 +360,9 @@ func (r *Reconciler) drain(ctx context.Context) {
 		r.reconciles.WithLabelValues("ok").Inc()
 	}
 }
+
+// VerifyReplacements runs the replacement verification of the periodic pass.
+func (r *Reconciler) VerifyReplacements(ctx context.Context) error { return r.verifyReplacements(ctx) }
 
 // ReconcileNode brings one node's diagnoses, Kubernetes state and repair up
 // to date with its findings. It is idempotent. Errors are returned wrapped;

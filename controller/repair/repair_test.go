@@ -162,7 +162,7 @@ func TestGPULostIsReplacedAfterToleration(t *testing.T) {
 		t.Fatalf("state = %s, want deleting while Karpenter finalizes", r.State)
 	}
 	// Karpenter finalizes; the next pass sees the NodeClaim gone.
-	if err := e.sim.Step(ctx, time.Now()); err != nil {
+	if err := e.sim.Step(ctx, e.clock.Now()); err != nil {
 		t.Fatal(err)
 	}
 	e.reconcile(t, "node-lost")
@@ -190,6 +190,18 @@ func TestGPULostIsReplacedAfterToleration(t *testing.T) {
 		if path[i] != want[i] {
 			t.Fatalf("audit path = %v, want %v", path, want)
 		}
+	}
+	// Verification finds the Node Karpenter launched instead, Ready and healthy.
+	e.clock.Add(3 * time.Minute)
+	if err := e.rec.VerifyReplacements(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := e.st.GetRepair(ctx, rs[0].ID)
+	if got.Detail["replacement_node"] != e.sim.Replacements()[0].NewNode || got.Detail["replacement_verified"] != true {
+		t.Fatalf("verification detail = %v, want the replacement node verified", got.Detail)
+	}
+	if secs, _ := got.Detail["time_to_replace_seconds"].(float64); secs < 180 {
+		t.Fatalf("time to replace = %v s, want >= 180 (3 minutes on the fake clock)", got.Detail["time_to_replace_seconds"])
 	}
 }
 

@@ -643,3 +643,35 @@ func cloneMap(m map[string]any) map[string]any {
 	}
 	return out
 }
+
+const (
+	sqlNoteRepair = `
+UPDATE repairs SET detail = detail || $2::jsonb, updated_at = $3 WHERE id = $1
+RETURNING state`
+)
+
+// NoteRepair records a fact learnt about a repair without changing its
+// state (the replacement's verification, for example): detail is merged
+// into the repair's detail and an audit entry from and to the current state
+// is appended, in one transaction. ErrNotFound when there is no such repair.
+func (s *Store) NoteRepair(ctx context.Context, id int64, actor, reason string, detail map[string]any, now time.Time) error {
+	if actor == "" {
+		return invalidf("note repair %d: actor is required", id)
+	}
+	doc, err := marshalOr(detail, "{}")
+	if err != nil {
+		return invalidf("note repair %d: encode detail", id)
+	}
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
+		var state string
+		if err := tx.QueryRow(ctx, sqlNoteRepair, id, doc, now.UTC()).Scan(&state); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, sqlInsertAudit, id, state, state, actor, reason, doc, now.UTC())
+		return err
+	})
+	if err != nil {
+		return errorf(err, "note repair %d", id)
+	}
+	return nil
+}

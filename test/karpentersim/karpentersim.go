@@ -32,6 +32,9 @@ type NodeSpec struct {
 	Zone         string
 	InstanceType string
 	GPUs         int
+	// Created, when set, is the objects' creation timestamp (the client
+	// fakes keep it; a real API server sets its own).
+	Created time.Time
 }
 
 // Replacement records one NodeClaim the simulator replaced.
@@ -103,7 +106,8 @@ func (s *Sim) CreateNode(ctx context.Context, n NodeSpec) error {
 	}
 	gpus := resource.MustParse(fmt.Sprint(n.GPUs))
 	node := &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: n.Name, Labels: labels, UID: types.UID(uuid.NewString())},
+		ObjectMeta: metav1.ObjectMeta{Name: n.Name, Labels: labels, UID: types.UID(uuid.NewString()),
+			CreationTimestamp: metav1.NewTime(n.Created)},
 		Spec:       corev1.NodeSpec{ProviderID: providerID},
 	}
 	if err := s.c.Create(ctx, node); err != nil {
@@ -195,6 +199,7 @@ func (s *Sim) replace(ctx context.Context, nc *karpv1.NodeClaim, now time.Time) 
 	s.mu.Lock()
 	s.next++
 	spec.Name = fmt.Sprintf("%s-r%d", spec.NodePool, s.next)
+	spec.Created = now
 	delete(s.seen, nc.Name)
 	s.mu.Unlock()
 	if err := s.CreateNode(ctx, spec); err != nil {

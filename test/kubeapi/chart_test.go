@@ -2,6 +2,8 @@ package kubeapi
 
 import (
 	"context"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -77,6 +79,7 @@ func TestChart(t *testing.T) {
 	envtest.Tool(t, "helm") // skip early, before starting an API server
 	env := envtest.Start(t, envtest.Options{RBAC: true})
 	createNamespace(t, env, map[string]string{"pod-security.kubernetes.io/warn": "restricted"})
+	flags := binaryFlags(t)
 
 	for _, tc := range chartCases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -99,6 +102,7 @@ func TestChart(t *testing.T) {
 			if !slices.Equal(kinds, tc.kinds) {
 				t.Fatalf("rendered kinds = %v, want %v", kinds, tc.kinds)
 			}
+			checkFlags(t, objs, flags)
 			checkAgent(t, objs)
 			if find(objs, "Deployment", "fleetrepair-controller") != nil {
 				checkController(t, objs)
@@ -277,4 +281,58 @@ func applyDryRun(t *testing.T, env *envtest.Env, objs []*unstructured.Unstructur
 		t.Fatalf("DaemonSets after a dry run: %d, %v", len(ds.Items), err)
 	}
 	t.Logf("applied %d of %d objects with server-side dry-run", applied, len(objs))
+}
+
+// binaryFlags builds the two binaries and returns, per image, the flags
+// their command accepts ("--name"), from `--help`.
+func binaryFlags(t *testing.T) map[string]string {
+	t.Helper()
+	root, err := envtest.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	build := exec.Command("go", "build", "-o", dir+"/", "./cmd/fleetrepair", "./cmd/fleetrepair-agent")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build binaries: %v\n%s", err, out)
+	}
+	help := func(bin string, args ...string) string {
+		out, err := exec.Command(filepath.Join(dir, bin), append(args, "--help")...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s %v --help: %v\n%s", bin, args, err, out)
+		}
+		return string(out)
+	}
+	return map[string]string{
+		"controller": help("fleetrepair", "controller"),
+		"migrate":    help("fleetrepair", "migrate"),
+		"agent":      help("fleetrepair-agent", "run"),
+	}
+}
+
+// checkFlags checks that every flag the chart passes is one the binary's
+// command defines, so the chart and the CLI cannot drift apart unnoticed.
+func checkFlags(t *testing.T, objs []*unstructured.Unstructured, help map[string]string) {
+	t.Helper()
+	check := func(what string, args []string) {
+		for _, a := range args {
+			if !strings.HasPrefix(a, "--") {
+				continue
+			}
+			name, _, _ := strings.Cut(a, "=")
+			if !strings.Contains(help[what], " "+name+" ") && !strings.Contains(help[what], " "+name+"\n") {
+				t.Errorf("%s: the chart passes %s, which `%s --help` does not list", what, name, what)
+			}
+		}
+	}
+	if u := find(objs, "Deployment", "fleetrepair-controller"); u != nil {
+		check("controller", typed[appsv1.Deployment](t, u).Spec.Template.Spec.Containers[0].Args)
+	}
+	if u := find(objs, "Job", "fleetrepair-migrate"); u != nil {
+		check("migrate", typed[batchv1.Job](t, u).Spec.Template.Spec.Containers[0].Args)
+	}
+	if u := find(objs, "DaemonSet", "fleetrepair-agent"); u != nil {
+		check("agent", typed[appsv1.DaemonSet](t, u).Spec.Template.Spec.Containers[0].Args)
+	}
 }

@@ -1,0 +1,88 @@
+package envtest_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
+	"github.com/fleetrepair/fleetrepair/controller/kube"
+	"github.com/fleetrepair/fleetrepair/test/envtest"
+)
+
+// TestTwoClusters starts two clusters at once and shows they are
+// independent: own objects, own kubeconfig, and one can be stopped while
+// the other serves on.
+func TestTwoClusters(t *testing.T) {
+	envs := envtest.StartN(t, 2, envtest.Options{})
+	a, b := envs[0], envs[1]
+	if a.Config.Host == b.Config.Host {
+		t.Fatalf("both clusters at %s", a.Config.Host)
+	}
+	ctx := context.Background()
+	if err := a.Client.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "only-in-a"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Client.Get(ctx, client.ObjectKey{Name: "only-in-a"}, &corev1.Node{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("cluster b sees cluster a's node: err = %v", err)
+	}
+
+	// The Karpenter CRDs are served in each.
+	for i, e := range envs {
+		var ncs karpv1.NodeClaimList
+		if err := e.Client.List(ctx, &ncs); err != nil {
+			t.Fatalf("cluster %d: list NodeClaims: %v", i, err)
+		}
+	}
+
+	// The kubeconfig file reaches the same cluster as Config.
+	cfg, err := clientcmd.BuildConfigFromFlags("", b.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc, err := client.New(cfg, client.Options{Scheme: kube.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kc.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "via-kubeconfig"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Client.Get(ctx, client.ObjectKey{Name: "via-kubeconfig"}, &corev1.Node{}); err != nil {
+		t.Fatalf("node created through the kubeconfig: %v", err)
+	}
+
+	// Without Options.RBAC any authenticated identity may do anything.
+	_, sa := a.ClientAs(t, envtest.ServiceAccount("default", "anyone"))
+	if err := sa.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "only-in-a"}}); err != nil {
+		t.Fatalf("impersonated delete without RBAC: %v", err)
+	}
+
+	// A cluster taken down mid-test fails its requests; the other serves on.
+	if err := a.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Stop(); err != nil { // idempotent
+		t.Fatal(err)
+	}
+	if err := a.Client.List(ctx, &corev1.NodeList{}); err == nil {
+		t.Fatal("cluster a answers after Stop")
+	}
+	if err := b.Client.List(ctx, &corev1.NodeList{}); err != nil {
+		t.Fatalf("cluster b after a stopped: %v", err)
+	}
+}
+
+func TestAssetsDirNamesTheFolder(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv(envtest.AssetsEnv, dir)
+	_, err := envtest.AssetsDir()
+	if err == nil || !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), "kube-apiserver") {
+		t.Fatalf("AssetsDir with an empty %s: err = %v, want it to name the binary and %s", envtest.AssetsEnv, err, dir)
+	}
+}
