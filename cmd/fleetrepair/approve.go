@@ -1,16 +1,13 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -45,37 +42,7 @@ func newDecisionCmd(verb string) *cobra.Command {
 	return cmd
 }
 
-// postJSON POSTs body with a bearer token and decodes the answer into v; an
-// API error envelope becomes an error carrying its message and detail.
+// postJSON POSTs body with a bearer token and decodes the answer into v.
 func postJSON(ctx context.Context, u, token string, body []byte, v any) error {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
-	if err != nil {
-		return fmt.Errorf("build request: %w", err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return fmt.Errorf("post %s: %w", u, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-	if err != nil {
-		return fmt.Errorf("read %s: %w", u, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		var e api.ErrorBody
-		if json.Unmarshal(b, &e) == nil && e.Message != "" {
-			return fmt.Errorf("%s: %s: %s %s", resp.Status, e.Message, e.Detail, strings.Join(e.Validations, "; "))
-		}
-		return fmt.Errorf("post %s: %s", u, resp.Status)
-	}
-	if err := json.Unmarshal(b, v); err != nil {
-		return fmt.Errorf("decode %s: %w", u, err)
-	}
-	return nil
+	return callAPI(ctx, http.MethodPost, u, token, body, v)
 }

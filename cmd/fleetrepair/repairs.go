@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -140,32 +141,44 @@ func writeIndented(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-// getJSON GETs u and decodes the body into v; an API error envelope becomes
-// an error carrying its message and detail.
+// getJSON GETs u and decodes the body into v.
 func getJSON(ctx context.Context, u string, v any) error {
+	return callAPI(ctx, http.MethodGet, u, "", nil, v)
+}
+
+// callAPI sends one request to the controller's API (30 s timeout) and
+// decodes a 200 answer into v; an error envelope becomes an error carrying
+// its message, detail and validations.
+func callAPI(ctx context.Context, method, u, token string, body []byte, v any) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	req, err := http.NewRequestWithContext(ctx, method, u, bytes.NewReader(body))
 	if err != nil {
 		return fmt.Errorf("build request: %w", err)
 	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return fmt.Errorf("get %s: %w", u, err)
+		return fmt.Errorf("%s %s: %w", method, u, err)
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
 		return fmt.Errorf("read %s: %w", u, err)
 	}
 	if resp.StatusCode != http.StatusOK {
 		var e api.ErrorBody
-		if json.Unmarshal(body, &e) == nil && e.Message != "" {
-			return fmt.Errorf("get %s: %s: %s %s", u, resp.Status, e.Message, strings.Join(append([]string{e.Detail}, e.Validations...), "; "))
+		if json.Unmarshal(b, &e) == nil && e.Message != "" {
+			return fmt.Errorf("%s %s: %s: %s %s", method, u, resp.Status, e.Message, strings.Join(append([]string{e.Detail}, e.Validations...), "; "))
 		}
-		return fmt.Errorf("get %s: %s", u, resp.Status)
+		return fmt.Errorf("%s %s: %s", method, u, resp.Status)
 	}
-	if err := json.Unmarshal(body, v); err != nil {
+	if err := json.Unmarshal(b, v); err != nil {
 		return fmt.Errorf("decode %s: %w", u, err)
 	}
 	return nil

@@ -108,7 +108,7 @@ func (s *Sim) CreateNode(ctx context.Context, n NodeSpec) error {
 	node := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: n.Name, Labels: labels, UID: types.UID(uuid.NewString()),
 			CreationTimestamp: metav1.NewTime(n.Created)},
-		Spec:       corev1.NodeSpec{ProviderID: providerID},
+		Spec: corev1.NodeSpec{ProviderID: providerID},
 	}
 	if err := s.c.Create(ctx, node); err != nil {
 		return fmt.Errorf("create node %s: %w", n.Name, err)

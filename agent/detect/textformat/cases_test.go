@@ -2,18 +2,16 @@ package textformat_test
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 	"testing"
+
+	"github.com/fleetrepair/fleetrepair/test/casecheck"
 
 	"sigs.k8s.io/yaml"
 
 	"github.com/fleetrepair/fleetrepair/agent/detect/textformat"
-	"github.com/fleetrepair/fleetrepair/agent/finding"
 )
 
 // casesDir holds the case corpus copied from shared/cases.
@@ -238,7 +236,7 @@ func TestCases(t *testing.T) {
 							t.Errorf("incomplete finding %+v", g)
 						}
 					}
-					compareFindings(t, want, res.Findings)
+					casecheck.CompareFindings(t, want, res.Findings)
 				})
 			}
 		}
@@ -252,93 +250,4 @@ func sameFamily(f textformat.Format) string {
 		return "kernel"
 	}
 	return string(f)
-}
-
-// compareFindings matches expected and actual findings one to one.
-func compareFindings(t *testing.T, want []map[string]any, got []finding.Finding) {
-	t.Helper()
-	used := make([]bool, len(got))
-	for _, w := range want {
-		found := false
-		var near []string
-		for i, g := range got {
-			if used[i] {
-				continue
-			}
-			if diff := findingDiff(w, g); diff == "" {
-				used[i], found = true, true
-				break
-			} else if g.Detector == fmt.Sprint(w["detector"]) {
-				near = append(near, diff)
-			}
-		}
-		if !found {
-			t.Errorf("expected finding not found: %v\n  closest: %s", w, strings.Join(near, "\n  closest: "))
-		}
-	}
-	for i, g := range got {
-		if !used[i] {
-			t.Errorf("unexpected finding: detector=%s gpu=%s xid=%d count=%d attrs=%v evidence=%q",
-				g.Detector, g.GPUPCI, g.Xid, g.Count, g.Attrs, g.Evidence)
-		}
-	}
-}
-
-// findingDiff compares one finding with an expected one; "" when they match.
-func findingDiff(w map[string]any, g finding.Finding) string {
-	var diffs []string
-	check := func(key, got string) {
-		want := ""
-		if v, ok := w[key]; ok {
-			want = yamlString(v)
-		}
-		if got != want {
-			diffs = append(diffs, fmt.Sprintf("%s=%q want %q", key, got, want))
-		}
-	}
-	check("detector", g.Detector)
-	check("gpu_pci", g.GPUPCI)
-	xid := ""
-	if g.Xid != 0 {
-		xid = strconv.Itoa(g.Xid)
-	}
-	check("xid", xid)
-	check("count", strconv.Itoa(g.Count))
-	keys := make([]string, 0, len(w))
-	for k := range w {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		switch k {
-		case "detector", "gpu_pci", "xid", "count":
-		case "device_pci":
-			check(k, g.DevicePCI)
-		default:
-			check(k, g.Attrs[k])
-		}
-	}
-	return strings.Join(diffs, ", ")
-}
-
-// yamlString renders an expected value the way attributes travel: strings on
-// the wire, numbers without decimals, lists comma separated.
-func yamlString(v any) string {
-	switch v := v.(type) {
-	case nil:
-		return ""
-	case string:
-		return v
-	case float64:
-		return strconv.FormatFloat(v, 'f', -1, 64)
-	case bool:
-		return strconv.FormatBool(v)
-	case []any:
-		parts := make([]string, len(v))
-		for i, e := range v {
-			parts[i] = yamlString(e)
-		}
-		return strings.Join(parts, ",")
-	}
-	return fmt.Sprint(v)
 }
