@@ -48,8 +48,9 @@ type Config struct {
 	Toleration time.Duration
 	// Policy holds operator overrides per reason and NodePool (nil: none).
 	Policy *policy.Policy
-	// Lookback bounds the findings read per node (default 7 days): history
-	// older than that no longer escalates.
+	// Lookback bounds the history of earlier boots read per node (default 7
+	// days): older faults of earlier boots no longer escalate. Findings of
+	// the current boot always count.
 	Lookback time.Duration
 	// Resync is the period of the full pass over open repairs (default 10s).
 	Resync time.Duration
@@ -402,9 +403,19 @@ func (r *Reconciler) ReconcileNode(ctx context.Context, cluster, node string) er
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return fmt.Errorf("reconcile %s/%s: %w", cluster, node, err)
 	}
-	fs, err := r.cfg.Store.FindingsForNode(ctx, cluster, node, now.Add(-r.cfg.Lookback), 10000)
+	// Every finding of the current boot counts, however old (a GPU lost 20
+	// days ago in this boot is still lost); earlier boots only within the
+	// lookback (history that escalates). Findings without a boot ID count as
+	// current.
+	all, err := r.cfg.Store.FindingsForNode(ctx, cluster, node, time.Time{}, 10000)
 	if err != nil {
 		return fmt.Errorf("reconcile %s/%s: %w", cluster, node, err)
+	}
+	fs := all[:0]
+	for _, f := range all {
+		if f.BootID == "" || f.BootID == n.BootID || f.Time.IsZero() || now.Sub(f.Time) <= r.cfg.Lookback {
+			fs = append(fs, f)
+		}
 	}
 	fs = append(fs, conditionFindings(node, n.BootID, info.Conditions)...)
 	ds := r.cfg.Engine.Diagnose(diagnose.Input{Cluster: cluster, Node: node, BootID: n.BootID, Findings: fs, Now: now})

@@ -397,14 +397,8 @@ func load(ctx context.Context, cfg Config, since, until time.Time) (*replay, err
 	if truncated > 0 {
 		r.note("%d node(s) have more than %d findings in the range; their later findings are left out", truncated, maxFindingsPerNode)
 	}
-	for _, n := range nodes {
-		if !n.joinAt.Before(until) {
-			continue // joined after the range: not part of this fleet
-		}
-		r.nodes = append(r.nodes, n)
-	}
-	sort.Slice(r.nodes, func(i, j int) bool { return r.nodes[i].key < r.nodes[j].key })
-	r.index()
+	sort.Slice(nodes, func(i, j int) bool { return nodes[i].key < nodes[j].key })
+	r.index(nodes)
 	return r, nil
 }
 

@@ -26,6 +26,7 @@ import (
 	"github.com/fleetrepair/fleetrepair/controller/kube"
 	"github.com/fleetrepair/fleetrepair/controller/ledger"
 	"github.com/fleetrepair/fleetrepair/controller/repair"
+	"github.com/fleetrepair/fleetrepair/controller/runner"
 	"github.com/fleetrepair/fleetrepair/controller/store"
 	"github.com/fleetrepair/fleetrepair/test/envtest"
 	"github.com/fleetrepair/fleetrepair/test/karpentersim"
@@ -33,9 +34,8 @@ import (
 )
 
 // leaseName is the Lease the controller's leader election holds in its
-// namespace (controller/runner); the chart's Role grants get and update on
-// that name only.
-const leaseName = "fleetrepair-controller"
+// namespace; the chart's Role grants get and update on that name only.
+const leaseName = runner.LeaseName
 
 // wantClusterRules are the controller's cluster-wide permissions. The test
 // compares the chart's ClusterRole with them exactly, so a permission is

@@ -21,11 +21,12 @@
 # matches is left alone. A binary is written under a temporary name and
 # renamed, and its stamp written last, so an interrupted build is redone.
 #
-# Cold (empty module and build caches, 2 CPU cores) kube-apiserver takes
-# about 4 minutes and peaks near 2 GiB of memory, etcd and helm about a
-# minute each; warm, the script takes well under a second. KUBE_TOOLS_P
-# bounds parallel compiles (go build -p, default: the CPU count) on a
-# machine with little memory.
+# Cold (empty module and build caches) the three take about 1,070 CPU-seconds,
+# three quarters of it kube-apiserver, and peak at 1.7 GiB of memory while
+# linking kube-apiserver: 17.5 minutes on a 2-core machine shared with other
+# builds (see README.md). Warm, the script takes well under a second.
+# KUBE_TOOLS_P bounds parallel compiles (go build -p, default: the CPU count)
+# on a machine with little memory.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)

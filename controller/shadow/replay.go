@@ -1,0 +1,611 @@
+package shadow
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/fleetrepair/fleetrepair/agent/finding"
+	"github.com/fleetrepair/fleetrepair/controller/breaker"
+	"github.com/fleetrepair/fleetrepair/controller/catalog"
+	"github.com/fleetrepair/fleetrepair/controller/diagnose"
+	"github.com/fleetrepair/fleetrepair/controller/ledger"
+	"github.com/fleetrepair/fleetrepair/controller/policy"
+	"github.com/fleetrepair/fleetrepair/controller/store"
+)
+
+// schemaBudget is the clusters table's default budgets, for a cluster
+// without a row (nodes always have one: the store creates it on ingest).
+var schemaBudget = Budget{DeletionsPerHour: 10, MaxInFlightPerNodePool: 1}
+
+// node is one stored node during the replay. Its key, "cluster/node", is
+// the breaker's node name, as in controller/repair.
+type node struct {
+	cluster, name, key string
+	pool               string
+	hasNodeClaim       bool
+	attrs              map[string]string
+	joinAt             time.Time
+	joined             bool
+
+	fs        []timed // every loaded finding, in the store's order (at never decreases)
+	truncated bool
+	next      int    // fs[:next] are delivered
+	lo        int    // fs[lo] is the oldest delivered finding within the lookback
+	boot      string // the boot ID of the newest delivered finding: the node's current boot
+
+	dirty    bool      // findings delivered since the last diagnosis
+	recheck  time.Time // a finding leaves a time window after this: diagnose again
+	volatile bool      // an untimed finding is in the input: the diagnosis's times are "now"
+	diags    []diagnose.Diagnosis
+	head     diagnose.Diagnosis
+	rp       *openRepair
+	// gone: the replay deleted the node's NodeClaim. Its replacement (same
+	// cohorts, no findings) takes its place in the fleet; the real node's
+	// later findings are not delivered.
+	gone bool
+}
+
+func newNode(sn store.Node) *node {
+	attrs := map[string]string{
+		breaker.KeyCluster: sn.Cluster, breaker.KeyNodePool: sn.NodePool, breaker.KeyZone: sn.Zone,
+		breaker.KeyInstanceType: sn.InstanceType, breaker.KeyKernel: sn.KernelVersion,
+		breaker.KeyDriverVersion: sn.DriverVersion,
+	}
+	return &node{cluster: sn.Cluster, name: sn.Name, key: sn.Cluster + "/" + sn.Name, pool: sn.NodePool,
+		hasNodeClaim: sn.NodeClaim != "", attrs: attrs, joinAt: sn.CreatedAt, head: diagnose.Headline(nil)}
+}
+
+func (n *node) bnode() breaker.Node { return breaker.Node{Name: n.key, Attrs: n.attrs} }
+
+// openRepair is the node's open repair, as the ledger would hold it.
+type openRepair struct {
+	reason     string
+	state      ledger.State // tolerating, awaiting_approval, approved; failed (sticky until healthy)
+	tolStart   time.Time
+	tolUntil   time.Time
+	heldBy     string    // WhyBreaker or WhyActionNotExecutable while awaiting approval
+	heldSince  time.Time // when it entered awaiting_approval (the expiry clock)
+	approval   int       // index of its Approval in the report, -1 for none
+	releasedBy bool      // released by the controller: the breaker guard applies again
+	delayed    bool      // a budget delay was reported
+}
+
+type arrival struct {
+	at time.Time
+	n  *node
+}
+
+type replay struct {
+	cfg          Config
+	since, until time.Time
+	out          *Report
+	budgets      map[string]Budget
+
+	nodes    []*node
+	arrivals []arrival // every finding, by delivery time
+	ai       int
+	joins    []*node // nodes by join time
+	ji       int
+
+	fleet      *breaker.Fleet
+	fleetDirty bool
+	bstate     breaker.State
+	openTrips  map[string]int // cohort -> index of its open Trip
+
+	// active holds the nodes with a diagnosis or an open repair: the only
+	// ones a pass looks at.
+	active    map[*node]bool
+	deletedAt map[string][]time.Time // cluster -> deletions in the last hour
+	inFlight  map[string][]time.Time // cluster/nodepool -> deletions still in flight
+	released  int                    // breaker-held repairs released in this pass
+	ignored   int                    // findings of deleted nodes not delivered
+}
+
+func newReplay(cfg Config, since, until time.Time) *replay {
+	r := &replay{cfg: cfg, since: since, until: until, budgets: map[string]Budget{}, openTrips: map[string]int{},
+		active: map[*node]bool{}, deletedAt: map[string][]time.Time{}, inFlight: map[string][]time.Time{}}
+	r.out = &Report{Since: since, Until: until, Deletions: []Deletion{}, ApprovalsNeeded: []Approval{}, Trips: []Trip{},
+		BudgetDelays: []BudgetDelay{}, Failed: []Failed{}, ByReason: map[string]*ReasonCounts{},
+		Policy: PolicyView{PolicyOverrides: cfg.Policy != nil, ResyncSeconds: cfg.Resync.Seconds(),
+			DrainPerPass: cfg.DrainPerPass, ApprovalTTLSeconds: cfg.ApprovalTTL.Seconds(),
+			DeletingForSeconds: cfg.DeletingFor.Seconds(), LookbackSeconds: cfg.Lookback.Seconds(),
+			CatalogVersion: cfg.Engine.Catalog().Version}}
+	if cfg.Toleration > 0 {
+		r.out.Policy.TolerationOverride = cfg.Toleration.String()
+	}
+	if cfg.Breaker != nil {
+		bc := cfg.Breaker.Config()
+		r.out.Policy.Breakers = &bc
+	}
+	return r
+}
+
+func (r *replay) note(format string, args ...any) {
+	r.out.Notes = append(r.out.Notes, fmt.Sprintf(format, args...))
+}
+
+// index takes the nodes known before until (a node joins at its row's
+// creation, or its first finding when that is earlier), sets their driver
+// version at the start, and builds the arrival and join queues.
+func (r *replay) index(nodes []*node) {
+	for _, n := range nodes {
+		if len(n.fs) > 0 && n.fs[0].at.Before(n.joinAt) {
+			n.joinAt = n.fs[0].at // reported before the node row existed (a spooled report)
+		}
+		if n.joinAt.Before(r.until) {
+			r.nodes = append(r.nodes, n)
+		}
+	}
+	for _, n := range r.nodes {
+		// The store keeps the current driver version only; the first
+		// driver-version finding tells what the node ran back then, and
+		// later ones move it (a rollout) when they are delivered.
+		for _, t := range n.fs {
+			if v := driverVersion(t.f); v != "" {
+				n.attrs[breaker.KeyDriverVersion] = v
+				break
+			}
+		}
+		for _, t := range n.fs {
+			r.arrivals = append(r.arrivals, arrival{at: t.at, n: n})
+			if !t.at.Before(r.since) {
+				r.out.Findings++
+				if t.untimed {
+					r.out.UntimedFindings++
+				}
+			}
+		}
+	}
+	sort.SliceStable(r.arrivals, func(i, j int) bool { return r.arrivals[i].at.Before(r.arrivals[j].at) })
+	r.joins = append([]*node(nil), r.nodes...)
+	sort.SliceStable(r.joins, func(i, j int) bool { return r.joins[i].joinAt.Before(r.joins[j].joinAt) })
+	r.out.Nodes = len(r.nodes)
+}
+
+func driverVersion(f finding.Finding) string {
+	if f.Detector != finding.DetectorDriverVersion {
+		return ""
+	}
+	return f.Attr(finding.AttrValue)
+}
+
+// run replays the range pass by pass, one pass per Resync as the
+// controller's periodic pass, skipping quiet stretches where no decision can
+// change (no open repair, no condition, no breaker open, no recent fault
+// signal) to the next finding.
+func (r *replay) run(ctx context.Context) error {
+	now := r.since
+	for pass := 0; ; pass++ {
+		if pass%512 == 0 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+		quiet := r.pass(now)
+		next := now.Add(r.cfg.Resync)
+		if quiet {
+			ev, ok := r.nextEvent()
+			if !ok {
+				break
+			}
+			if ev.After(next) {
+				// The first pass at or after the event, on the pass grid.
+				k := (ev.Sub(r.since) + r.cfg.Resync - 1) / r.cfg.Resync
+				next = r.since.Add(k * r.cfg.Resync)
+			}
+		}
+		if !next.Before(r.until) {
+			break
+		}
+		now = next
+	}
+	r.finish()
+	return nil
+}
+
+// nextEvent returns when something next happens on its own: a finding
+// arrives, a node joins, or a finding leaves a diagnosis window.
+func (r *replay) nextEvent() (time.Time, bool) {
+	var at time.Time
+	take := func(t time.Time) {
+		if !t.IsZero() && (at.IsZero() || t.Before(at)) {
+			at = t
+		}
+	}
+	if r.ai < len(r.arrivals) {
+		take(r.arrivals[r.ai].at)
+	}
+	if r.ji < len(r.joins) {
+		take(r.joins[r.ji].joinAt)
+	}
+	for n := range r.active {
+		if !n.recheck.IsZero() {
+			take(n.recheck.Add(time.Nanosecond))
+		}
+	}
+	return at, !at.IsZero()
+}
+
+// pass is one controller pass at now: findings that arrived are delivered
+// and their nodes diagnosed (the ingest-triggered reconcile), the breakers
+// evaluated over the active diagnoses, then every unhealthy node's repair
+// advanced. It reports whether the fleet is quiet (see run).
+func (r *replay) pass(now time.Time) bool {
+	r.released = 0
+	for r.ji < len(r.joins) && !r.joins[r.ji].joinAt.After(now) {
+		r.joins[r.ji].joined = true
+		r.fleetDirty = true
+		r.ji++
+	}
+	for r.ai < len(r.arrivals) && !r.arrivals[r.ai].at.After(now) {
+		n := r.arrivals[r.ai].n
+		r.ai++
+		t := n.fs[n.next]
+		n.next++
+		if n.gone {
+			r.ignored++
+			continue
+		}
+		if t.f.BootID != "" {
+			n.boot = t.f.BootID
+		}
+		if v := driverVersion(t.f); v != "" && v != n.attrs[breaker.KeyDriverVersion] {
+			n.attrs[breaker.KeyDriverVersion] = v
+			r.fleetDirty = true
+		}
+		n.dirty = true
+		r.active[n] = true
+	}
+
+	nodes := make([]*node, 0, len(r.active))
+	for n := range r.active {
+		nodes = append(nodes, n)
+	}
+	sort.Slice(nodes, func(i, j int) bool { return nodes[i].key < nodes[j].key })
+	volatile := false
+	for _, n := range nodes {
+		if n.dirty || n.volatile || !n.recheck.IsZero() && now.After(n.recheck) {
+			r.diagnose(n, now)
+		}
+		volatile = volatile || n.volatile
+	}
+
+	signalled := r.evaluateBreakers(now, nodes)
+
+	// Repairs in the order their conditions began (then by name): the
+	// deletion budgets go to the oldest first.
+	var cands []*node
+	for _, n := range nodes {
+		if !n.gone && (n.rp != nil || n.head.Severity == catalog.SeverityCondition) {
+			cands = append(cands, n)
+		}
+	}
+	start := func(n *node) time.Time {
+		if n.rp != nil {
+			return n.rp.tolStart
+		}
+		return now
+	}
+	sort.SliceStable(cands, func(i, j int) bool { return start(cands[i]).Before(start(cands[j])) })
+	for _, n := range cands {
+		r.reconcile(n, now)
+	}
+
+	open := false
+	for _, n := range nodes {
+		if n.rp != nil || n.head.Severity == catalog.SeverityCondition {
+			open = true
+		}
+		if n.gone || len(n.diags) == 0 && n.rp == nil {
+			delete(r.active, n)
+		}
+	}
+	return !open && !volatile && !signalled && !r.bstate.Tripped()
+}
+
+// diagnose runs the real rules on what the controller would read at now:
+// the node's oldest findings within the lookback, up to its read limit,
+// with the current boot's ID; then the operator policy.
+func (r *replay) diagnose(n *node, now time.Time) {
+	n.dirty, n.volatile, n.recheck = false, false, time.Time{}
+	cut := now.Add(-r.cfg.Lookback)
+	for n.lo < n.next && n.fs[n.lo].at.Before(cut) {
+		n.lo++
+	}
+	hi := min(n.next, n.lo+diagnoseLimit)
+	fs := make([]finding.Finding, 0, hi-n.lo)
+	for _, t := range n.fs[n.lo:hi] {
+		fs = append(fs, t.f)
+		n.volatile = n.volatile || t.untimed
+		// A diagnosis changes with time alone when a finding leaves the
+		// repeat window or the lookback (diagnose drops it when now - t
+		// exceeds the window): look again then.
+		for _, c := range []time.Time{t.at.Add(r.cfg.RepeatWindow), t.at.Add(r.cfg.Lookback)} {
+			if !c.Before(now) && (n.recheck.IsZero() || c.Before(n.recheck)) {
+				n.recheck = c
+			}
+		}
+	}
+	ds := r.cfg.Engine.Diagnose(diagnose.Input{Cluster: n.cluster, Node: n.name, BootID: n.boot, Findings: fs, Now: now})
+	n.diags = r.applyPolicy(ds, n.pool)
+	n.head = diagnose.Headline(n.diags)
+}
+
+// evaluateBreakers is repair.EvaluateBreakers on the replay's state: every
+// active diagnosis whose fault class is not none or provisioning is a
+// signal at its last finding, and a condition also an ongoing one at now.
+// It reports whether a new-failure signal lies within the window (the
+// breakers may still trip on it).
+func (r *replay) evaluateBreakers(now time.Time, nodes []*node) bool {
+	if r.cfg.Breaker == nil {
+		return false
+	}
+	if r.fleetDirty || r.fleet == nil {
+		var bn []breaker.Node
+		for _, n := range r.nodes {
+			if n.joined {
+				bn = append(bn, n.bnode())
+			}
+		}
+		r.fleet = r.cfg.Breaker.Fleet(bn)
+		r.fleetDirty = false
+	}
+	var sigs []breaker.Signal
+	var latest time.Time
+	for _, n := range nodes {
+		if n.gone {
+			continue
+		}
+		for _, d := range n.diags {
+			if d.FaultClass == "none" || d.FaultClass == "provisioning" {
+				continue
+			}
+			sigs = append(sigs, breaker.Signal{Node: n.key, At: d.LastSeen})
+			if d.LastSeen.After(latest) {
+				latest = d.LastSeen
+			}
+			if d.Severity == catalog.SeverityCondition {
+				sigs = append(sigs, breaker.Signal{Node: n.key, At: now, Ongoing: true})
+			}
+		}
+	}
+	var ds []breaker.Decision
+	r.bstate, ds = r.cfg.Breaker.Evaluate(now, r.fleet, sigs, r.bstate)
+	for _, d := range ds {
+		switch d.To {
+		case breaker.Open:
+			r.out.Trips = append(r.out.Trips, Trip{Cohort: d.Cohort, Scope: string(d.Scope), At: d.At, Message: d.Message,
+				HaltRollout: d.HaltRollout, Evidence: d.Evidence})
+			r.openTrips[d.Cohort] = len(r.out.Trips) - 1
+		case breaker.Closed:
+			if i, ok := r.openTrips[d.Cohort]; ok {
+				at := d.At
+				r.out.Trips[i].ClosedAt, r.out.Trips[i].CloseCause = &at, string(d.Cause)
+				delete(r.openTrips, d.Cohort)
+			}
+		}
+	}
+	return !latest.IsZero() && latest.After(now.Add(-r.cfg.Breaker.Config().Window))
+}
+
+// reconcile is repair.ReconcileNode's ledger part for one node.
+func (r *replay) reconcile(n *node, now time.Time) {
+	head := n.head
+	if head.Severity != catalog.SeverityCondition {
+		if rp := n.rp; rp != nil { // healthy: a repair not yet executing is resolved
+			if rp.state != ledger.Failed {
+				r.counts(rp.reason).Resolved++
+				r.endApproval(rp, now, OutcomeResolved)
+			}
+			n.rp = nil
+		}
+		return
+	}
+	if n.rp == nil {
+		tol := r.effective(head, n.pool).Toleration
+		if head.Escalated {
+			tol = 0 // the first remedy already failed: waiting again helps nothing
+		}
+		n.rp = &openRepair{reason: head.Reason, state: ledger.Tolerating, tolStart: now, tolUntil: now.Add(tol), approval: -1}
+		r.counts(head.Reason).Repairs++
+	}
+	rp := n.rp
+	for range 2 { // awaiting_approval -> approved -> executed in one pass, as repair.advance
+		switch rp.state {
+		case ledger.Tolerating, ledger.Approved:
+			if rp.state == ledger.Tolerating && now.Before(rp.tolUntil) {
+				return
+			}
+			r.execute(n, rp, now)
+			return
+		case ledger.AwaitingApproval:
+			if r.release(n, rp) {
+				rp.state, rp.releasedBy = ledger.Approved, true
+				r.endApproval(rp, now, OutcomeReleased)
+				continue
+			}
+			if now.Sub(rp.heldSince) >= r.cfg.ApprovalTTL {
+				r.counts(rp.reason).Expired++
+				r.endApproval(rp, now, OutcomeExpired)
+				n.rp = nil // the next pass opens a new repair with a full toleration
+			}
+			return
+		default: // failed: reported once, until the node is healthy again
+			return
+		}
+	}
+}
+
+// execute is repair.execute: a non-executable action waits for approval;
+// no NodeClaim fails the repair; then the budgets and the breaker guard of
+// the deletion transaction, in that order.
+func (r *replay) execute(n *node, rp *openRepair, now time.Time) {
+	action := r.effective(n.head, n.pool).Action // the policy may execute another action than recommended
+	c := r.counts(rp.reason)
+	if rp.state == ledger.Tolerating && action != catalog.ActionReplace {
+		r.hold(n, rp, now, WhyActionNotExecutable, action, fmt.Sprintf(
+			"recommended action %s is not executable here (NodeClaim replacement only); approve to replace the node, or reset/reboot it by hand", action))
+		return
+	}
+	if !n.hasNodeClaim {
+		rp.state = ledger.Failed
+		c.Failed++
+		r.out.Failed = append(r.out.Failed, Failed{Cluster: n.cluster, Node: n.name, Reason: rp.reason, At: now,
+			Why: "no Karpenter NodeClaim owns the node; replace it by hand"})
+		return
+	}
+	if budget, detail, ok := r.budgetAllows(n, now); !ok {
+		if !rp.delayed {
+			rp.delayed = true
+			c.BudgetDelayed++
+			r.out.BudgetDelays = append(r.out.BudgetDelays, BudgetDelay{Cluster: n.cluster, Node: n.name, Reason: rp.reason,
+				At: now, Budget: budget, Detail: detail})
+		}
+		return // retried on the next pass
+	}
+	if r.cfg.Breaker != nil {
+		if ok, why := breaker.Allows(r.bstate, n.bnode()); !ok {
+			r.hold(n, rp, now, WhyBreaker, catalog.ActionReplace, "held for on-call approval: "+why)
+			return
+		}
+	}
+	r.deletedAt[n.cluster] = append(r.deletedAt[n.cluster], now)
+	r.inFlight[n.cluster+"/"+n.pool] = append(r.inFlight[n.cluster+"/"+n.pool], now)
+	c.Deletions++
+	r.out.Deletions = append(r.out.Deletions, Deletion{Cluster: n.cluster, Node: n.name, NodePool: n.pool, Reason: rp.reason,
+		At: now, TolerationStartedAt: rp.tolStart, Released: rp.releasedBy})
+	n.gone, n.rp, n.diags, n.head = true, nil, nil, diagnose.Headline(nil)
+}
+
+// budgetAllows is BeginDeletion's budget check: deletions that entered
+// deleting in (now-1h, now] against deletions_per_hour, then the NodePool's
+// deletions still in flight against max_in_flight_per_nodepool.
+func (r *replay) budgetAllows(n *node, now time.Time) (budget, detail string, ok bool) {
+	b, known := r.budgets[n.cluster]
+	if !known {
+		b = schemaBudget
+	}
+	hour := now.Add(-time.Hour)
+	ds := r.deletedAt[n.cluster]
+	for len(ds) > 0 && !ds[0].After(hour) {
+		ds = ds[1:]
+	}
+	r.deletedAt[n.cluster] = ds
+	if len(ds) >= b.DeletionsPerHour {
+		return store.BudgetDeletionsPerHour, fmt.Sprintf("cluster %s: %d deletions in the last hour, budget %d per hour",
+			n.cluster, len(ds), b.DeletionsPerHour), false
+	}
+	k := n.cluster + "/" + n.pool
+	fl := r.inFlight[k]
+	for len(fl) > 0 && !now.Before(fl[0].Add(r.cfg.DeletingFor)) {
+		fl = fl[1:]
+	}
+	r.inFlight[k] = fl
+	if len(fl) >= b.MaxInFlightPerNodePool {
+		return store.BudgetMaxInFlightPerNodePool, fmt.Sprintf("cluster %s nodepool %q: %d deletions in flight, budget %d",
+			n.cluster, n.pool, len(fl), b.MaxInFlightPerNodePool), false
+	}
+	return "", "", true
+}
+
+// hold parks the repair for on-call approval.
+func (r *replay) hold(n *node, rp *openRepair, now time.Time, why string, action catalog.Action, detail string) {
+	rp.state, rp.heldBy, rp.heldSince, rp.releasedBy = ledger.AwaitingApproval, why, now, false
+	c := r.counts(rp.reason)
+	c.ApprovalsNeeded++
+	if why == WhyBreaker {
+		c.HeldByBreaker++
+	} else {
+		c.NotExecutable++
+	}
+	r.out.ApprovalsNeeded = append(r.out.ApprovalsNeeded, Approval{Cluster: n.cluster, Node: n.name, Reason: rp.reason,
+		Why: why, Action: string(action), At: now, Detail: detail, Outcome: OutcomePending})
+	rp.approval = len(r.out.ApprovalsNeeded) - 1
+}
+
+// release is repair.release: a breaker-held repair goes on once its
+// breakers allow it, at most DrainPerPass per pass; one held for a
+// non-executable action goes on when its diagnosis escalated to replace.
+func (r *replay) release(n *node, rp *openRepair) bool {
+	switch rp.heldBy {
+	case WhyActionNotExecutable:
+		return n.head.Escalated && r.effective(n.head, n.pool).Action == catalog.ActionReplace
+	case WhyBreaker:
+		if r.cfg.Breaker != nil {
+			if ok, _ := breaker.Allows(r.bstate, n.bnode()); !ok {
+				return false
+			}
+		}
+		if r.released >= r.cfg.DrainPerPass {
+			return false // paced: the next pass releases more
+		}
+		r.released++
+		return true
+	}
+	return false
+}
+
+func (r *replay) endApproval(rp *openRepair, now time.Time, outcome string) {
+	if rp.approval < 0 {
+		return
+	}
+	a := &r.out.ApprovalsNeeded[rp.approval]
+	a.Outcome, a.Ended = outcome, &now
+	rp.approval = -1
+}
+
+func (r *replay) counts(reason string) *ReasonCounts {
+	c := r.out.ByReason[reason]
+	if c == nil {
+		c = &ReasonCounts{}
+		r.out.ByReason[reason] = c
+	}
+	return c
+}
+
+// effective is repair's policy resolution for a diagnosis in a NodePool.
+func (r *replay) effective(d diagnose.Diagnosis, nodePool string) policy.Effective {
+	reason, ok := r.cfg.Engine.Catalog().Lookup(d.Reason)
+	if !ok {
+		return policy.Effective{Toleration: d.Toleration(), Action: d.Action}
+	}
+	e := r.cfg.Policy.Resolve(reason, nodePool, d.Action)
+	if r.cfg.Toleration > 0 {
+		e.Toleration = r.cfg.Toleration
+	}
+	return e
+}
+
+// applyPolicy is repair's: condition diagnoses of a reason the policy
+// disables become events, and conditions stay first.
+func (r *replay) applyPolicy(ds []diagnose.Diagnosis, nodePool string) []diagnose.Diagnosis {
+	if r.cfg.Policy == nil {
+		return ds
+	}
+	var cond, rest []diagnose.Diagnosis
+	for _, d := range ds {
+		if d.Severity == catalog.SeverityCondition && r.effective(d, nodePool).Disabled {
+			d.Severity, d.ConditionType = catalog.SeverityEvent, ""
+			d.Message += " (repair disabled by policy)"
+		}
+		if d.Severity == catalog.SeverityCondition {
+			cond = append(cond, d)
+		} else {
+			rest = append(rest, d)
+		}
+	}
+	return append(cond, rest...)
+}
+
+func (r *replay) finish() {
+	if r.out.UntimedFindings > 0 {
+		r.note("%d finding(s) have no observation time; each is placed at the time of the finding stored before it (the store does not return receipt times)",
+			r.out.UntimedFindings)
+	}
+	if r.ignored > 0 {
+		r.note("%d finding(s) of nodes this report deletes arrived after the deletion and are left out: the real nodes kept reporting, their replacements would not have",
+			r.ignored)
+	}
+}
