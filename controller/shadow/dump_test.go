@@ -1,26 +1,25 @@
 package shadow_test
 
 import (
-	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 )
 
-func TestDump(t *testing.T) {
+func TestPerf(t *testing.T) {
 	f := newFleet(t)
-	for i := range 10 {
-		f.node(fmt.Sprintf("z1-%02d", i), "train", "z1", fmt.Sprintf("nc-z1-%d", i))
+	const N = 2000
+	for i := range N {
+		f.node(fmt.Sprintf("n%04d", i), fmt.Sprintf("p%d", i%4), fmt.Sprintf("z%d", i%3), fmt.Sprintf("nc-%d", i))
 	}
-	for i := range 40 {
-		f.node(fmt.Sprintf("quiet-%02d", i), "train", []string{"z2", "z3"}[i%2], fmt.Sprintf("nc-q%d", i))
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range 300 {
+		at := t0.Add(time.Duration(rng.Int64N(int64(168 * time.Hour))))
+		x := []int{79, 13, 31, 109, 48}[i%5]
+		f.xid(fmt.Sprintf("n%04d", rng.IntN(N)), x, at, at)
 	}
-	for i := range 6 {
-		at := t0.Add(30*time.Minute + time.Duration(i)*10*time.Second)
-		f.xid(fmt.Sprintf("z1-%02d", i), 79, at, at)
-	}
-	f.xid("quiet-01", 13, time.Time{}, t0.Add(90*time.Minute))
-	rep := run(t, config(t, f.st), t0.Add(27*time.Hour))
-	b, _ := json.MarshalIndent(rep, "", "  ")
-	t.Log(string(b))
+	start := time.Now()
+	rep := run(t, config(t, f.st), t0.Add(168*time.Hour))
+	t.Logf("replay %s: nodes %d findings %d deletions %d approvals %d trips %d", time.Since(start), rep.Nodes, rep.Findings, len(rep.Deletions), len(rep.ApprovalsNeeded), len(rep.Trips))
 }

@@ -415,10 +415,15 @@ type timed struct {
 // store's per-call limit. The store orders findings by observation time,
 // untimed ones by receipt time, which it does not return: an untimed
 // finding is placed at the time of the finding before it in that order (a
-// lower bound of its receipt), or at `from` when it comes first.
+// lower bound of its receipt), or when the node's row was created (the
+// store creates it with the node's first report, if not before) when that
+// is later.
 func (n *node) load(ctx context.Context, st *store.Store, from, until time.Time) error {
 	seen := map[string]bool{}
 	cursor, prev := from, from
+	if n.joinAt.After(prev) {
+		prev = n.joinAt
+	}
 	for {
 		page, err := st.FindingsForNode(ctx, n.cluster, n.name, cursor, store.MaxFindingsLimit)
 		if err != nil {
