@@ -27,6 +27,7 @@ func newControllerCmd() *cobra.Command {
 		agentAuth, agentToken, agentAudience string
 		leaderElect                          bool
 		operatorsFile                        string
+		budgets                              runner.Budgets
 		leNamespace, leIdentity              string
 	)
 	cmd := &cobra.Command{
@@ -65,6 +66,10 @@ for the cluster the controller runs in. Every flag has an environment fallback
 				o.Clusters[name], reviewers[name] = k, cs
 			}
 			o.Log = slog.New(slog.NewJSONHandler(os.Stderr, nil))
+			if budgets.DeletionsPerHour < 0 || budgets.NodePoolDeletionsPerHour < 0 || budgets.MaxInFlightPerNodePool < 0 {
+				return errors.New("budgets must be >= 0 (0 stops every deletion)")
+			}
+			o.Budgets = &budgets
 			if operatorsFile != "" {
 				ops, err := auth.LoadOperators(operatorsFile)
 				if err != nil {
@@ -111,6 +116,9 @@ for the cluster the controller runs in. Every flag has an environment fallback
 	f.DurationVar(&o.Toleration, "toleration", 0, "override every reason's toleration window (e.g. 30s for demos; 0 = catalog defaults: 10m accelerated hardware, 30m other)")
 	f.DurationVar(&o.Resync, "resync", 10*time.Second, "period of the pass over open repairs")
 	f.StringVar(&o.PolicyFile, "policy", envOr("FLEETREPAIR_POLICY", ""), "policy file with per-reason and per-NodePool overrides (toleration, action, disabled); see docs/policy.md")
+	f.IntVar(&budgets.DeletionsPerHour, "deletions-per-hour", 10, "NodeClaim deletions each cluster may start per sliding hour (0 stops all)")
+	f.IntVar(&budgets.NodePoolDeletionsPerHour, "nodepool-deletions-per-hour", 5, "NodeClaim deletions each NodePool may start per sliding hour")
+	f.IntVar(&budgets.MaxInFlightPerNodePool, "max-in-flight-per-nodepool", 1, "NodeClaim deletions in progress at once per NodePool")
 	f.StringVar(&operatorsFile, "operators-file", envOr("FLEETREPAIR_OPERATORS_FILE", ""), "YAML list of operators {name, role: viewer|approver|admin, tokenSHA256} allowed to approve/reject repairs (until OIDC login)")
 	f.BoolVar(&leaderElect, "leader-elect", envOr("FLEETREPAIR_LEADER_ELECT", "") == "true", "per-cluster leader election (Lease fleetrepair-controller) for background loops; run with it on when there is more than one replica")
 	f.StringVar(&leNamespace, "leader-elect-namespace", envOr("POD_NAMESPACE", ""), "namespace of the Lease in every cluster (env POD_NAMESPACE)")

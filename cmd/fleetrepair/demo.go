@@ -181,7 +181,8 @@ func runDemo(ctx context.Context, o demoOptions, out io.Writer) error {
 	ctrl, err := runner.Start(ctx, runner.Options{DatabaseURL: dsn, Migrate: true, Listen: o.listen,
 		Clusters: map[string]*kube.Cluster{demoCluster: kube.New(demoCluster, c)}, Toleration: o.toleration,
 		Authenticator: auth.StaticToken{Token: demoToken}, Operators: demoOperators(),
-		Resync: time.Second, Log: log})
+		Budgets: &runner.Budgets{DeletionsPerHour: 20, NodePoolDeletionsPerHour: 10, MaxInFlightPerNodePool: 1},
+		Resync:  time.Second, Log: log})
 	if err != nil {
 		return err
 	}

@@ -63,6 +63,8 @@ type NodeInfo struct {
 	OSImage       string
 	// Created is the Node object's creation time.
 	Created time.Time
+	// Taints are the keys of the Node's taints.
+	Taints []string
 }
 
 func nodeInfo(n *corev1.Node) NodeInfo {
@@ -77,6 +79,9 @@ func nodeInfo(n *corev1.Node) NodeInfo {
 		KernelVersion: n.Status.NodeInfo.KernelVersion,
 		OSImage:       n.Status.NodeInfo.OSImage,
 		Created:       n.CreationTimestamp.Time,
+	}
+	for _, t := range n.Spec.Taints {
+		info.Taints = append(info.Taints, t.Key)
 	}
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady {

@@ -9,6 +9,7 @@
 //	nodePools:
 //	  inference-small:
 //	    toleration: 2m                             # every reason in this pool
+//	    minHealthy: 2                              # never below 2 healthy nodes
 //	    reasons:
 //	      GPULost: {toleration: 0s}
 //
@@ -45,6 +46,19 @@ type Override struct {
 type NodePool struct {
 	Toleration *Duration           `yaml:"toleration"`
 	Reasons    map[string]Override `yaml:"reasons"`
+	// MinHealthy is the least number of healthy Nodes (Ready, not
+	// quarantined) the NodePool must keep: below it no repair of the pool
+	// deletes anything (a pool that is mostly broken points at a shared
+	// cause). Default 0.
+	MinHealthy int `yaml:"minHealthy"`
+}
+
+// MinHealthy returns the NodePool's minimum healthy count (0: none).
+func (p *Policy) MinHealthy(nodePool string) int {
+	if p == nil {
+		return 0
+	}
+	return p.NodePools[nodePool].MinHealthy
 }
 
 // Policy is a validated policy file. The zero value (or nil) changes nothing.
@@ -106,6 +120,9 @@ func Parse(data []byte, c *catalog.Catalog) (*Policy, error) {
 		}
 	}
 	for pool, np := range p.NodePools {
+		if np.MinHealthy < 0 {
+			return nil, fmt.Errorf("line %d: nodePools.%s.minHealthy: must be >= 0", line("nodePools", pool, "minHealthy"), pool)
+		}
 		for code, o := range np.Reasons {
 			if err := check(c, code, o); err != nil {
 				return nil, fmt.Errorf("line %d: nodePools.%s.reasons.%s: %w", line("nodePools", pool, "reasons", code), pool, code, err)

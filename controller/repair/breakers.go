@@ -189,3 +189,41 @@ func (r *Reconciler) breakerAllows(ctx context.Context, node heldNode) (bool, st
 	ok, why := breaker.Allows(st, r.breakerNode(node.cluster, node.info, node.agent))
 	return ok, why, nil
 }
+
+// ErrMinHealthy is returned by the deletion guard when the NodePool has
+// fewer healthy Nodes than its policy's minimum.
+var ErrMinHealthy = errors.New("NodePool below its minimum healthy count")
+
+// minHealthyGuard refuses a deletion while the repair's NodePool has fewer
+// healthy Nodes (Ready, not quarantined) than the policy's minHealthy.
+func (r *Reconciler) minHealthyGuard(k *kube.Cluster, rp store.Repair) store.DeletionGuard {
+	return func(ctx context.Context, _ store.Repair, _ store.DeletionBudget) error {
+		min := r.cfg.Policy.MinHealthy(rp.NodePool)
+		if min <= 0 {
+			return nil
+		}
+		nodes, err := k.Nodes(ctx)
+		if err != nil {
+			return err
+		}
+		healthy := 0
+		for _, n := range nodes {
+			if n.NodePool != rp.NodePool || !n.Ready {
+				continue
+			}
+			q := false
+			for _, t := range n.Taints {
+				if t == kube.QuarantineTaintKey {
+					q = true
+				}
+			}
+			if !q {
+				healthy++
+			}
+		}
+		if healthy < min {
+			return fmt.Errorf("NodePool %s has %d healthy nodes, minimum %d: %w", rp.NodePool, healthy, min, ErrMinHealthy)
+		}
+		return nil
+	}
+}

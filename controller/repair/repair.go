@@ -654,9 +654,13 @@ func (r *Reconciler) execute(ctx context.Context, k *kube.Cluster, sn heldNode, 
 	if rp.State == ledger.Tolerating || rp.Detail["released_by"] == Actor {
 		guards = append(guards, r.breakerGuard(sn))
 	}
+	guards = append(guards, r.minHealthyGuard(k, rp))
 	next, err := r.cfg.Store.BeginDeletion(ctx, rp.ID, rp.State, Actor, why, now, guards...)
 	var budget *store.BudgetExceededError
 	switch {
+	case errors.Is(err, ErrMinHealthy):
+		r.log.WarnContext(ctx, "repair held by the NodePool's minimum healthy count", "cluster", rp.Cluster, "node", rp.Node, "repair", rp.ID, "err", err)
+		return rp, nil // retried on the next pass
 	case errors.Is(err, ErrHeldByBreaker):
 		return r.step(ctx, rp, ledger.AwaitingApproval, "held for on-call approval: "+err.Error(),
 			map[string]any{"held_by": heldByBreaker}, func(x *store.Repair) { x.Detail = with(x.Detail, "held_by", heldByBreaker) }, now)

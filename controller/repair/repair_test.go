@@ -2,6 +2,7 @@ package repair_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -376,6 +377,28 @@ func TestInteropConditions(t *testing.T) {
 	for _, n := range []string{"node-app", "node-hang"} {
 		if _, err := e.st.OpenRepairForNode(ctx, "c1", n); err == nil {
 			t.Fatalf("%s got a repair from a condition that carries no hardware verdict", n)
+		}
+	}
+}
+
+// TestMinHealthyHoldsDeletion: with minHealthy 3 in a pool of three nodes,
+// one of them quarantined, nothing is deleted; with minHealthy 2 it is.
+func TestMinHealthyHoldsDeletion(t *testing.T) {
+	for _, tc := range []struct {
+		min     int
+		deleted bool
+	}{{3, false}, {2, true}} {
+		pol, err := policy.Parse([]byte(fmt.Sprintf("nodePools:\n  gpu: {minHealthy: %d}\n", tc.min)), catalog.Default())
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := newEnvPolicy(t, false, pol)
+		e.ingest(t, "node-lost", xid79())
+		e.reconcile(t, "node-lost")
+		e.clock.Add(11 * time.Minute)
+		e.reconcile(t, "node-lost")
+		if got := e.nodeClaimDeleting(t, "node-lost-nc"); got != tc.deleted {
+			t.Fatalf("minHealthy %d: deleted = %v, want %v", tc.min, got, tc.deleted)
 		}
 	}
 }

@@ -51,6 +51,10 @@ type Options struct {
 	// (DisableBreakers turns them off, for tests of other parts only).
 	Breaker         *breaker.Config
 	DisableBreakers bool
+	// Budgets, when set, are applied to every cluster at start (else the
+	// stored values stay: defaults 10 deletions/h per cluster, 5/h and 1 in
+	// flight per NodePool).
+	Budgets *Budgets
 	// Operators authenticates humans for approvals (nil: none can approve).
 	Operators *auth.Operators
 	// LeaderElection, when set, runs per-cluster leader election; the
@@ -62,6 +66,13 @@ type Options struct {
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 	Log *slog.Logger
+}
+
+// Budgets are the deletion budgets of every cluster (DESIGN.md, decision 7).
+type Budgets struct {
+	DeletionsPerHour         int // per cluster, sliding hour
+	NodePoolDeletionsPerHour int // per NodePool, sliding hour
+	MaxInFlightPerNodePool   int // deletions in progress at once per NodePool
 }
 
 // Controller is a started controller.
@@ -96,6 +107,18 @@ func Start(ctx context.Context, o Options) (*Controller, error) {
 	st, err := store.Open(ctx, o.DatabaseURL)
 	if err != nil {
 		return nil, fmt.Errorf("start controller: %w", err)
+	}
+	if b := o.Budgets; b != nil {
+		for name := range o.Clusters {
+			if _, err := st.SetClusterBudget(ctx, name, b.DeletionsPerHour, b.MaxInFlightPerNodePool, o.Now()); err != nil {
+				st.Close()
+				return nil, fmt.Errorf("start controller: %w", err)
+			}
+			if err := st.SetNodePoolBudget(ctx, name, b.NodePoolDeletionsPerHour, o.Now()); err != nil {
+				st.Close()
+				return nil, fmt.Errorf("start controller: %w", err)
+			}
+		}
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

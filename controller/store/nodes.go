@@ -60,6 +60,10 @@ ON CONFLICT (name) DO UPDATE SET
     max_in_flight_per_nodepool = excluded.max_in_flight_per_nodepool
 RETURNING ` + sqlClusterCols
 
+	sqlSetNodePoolBudget = `
+INSERT INTO clusters (name, created_at, nodepool_deletions_per_hour) VALUES ($1, $2, $3)
+ON CONFLICT (name) DO UPDATE SET nodepool_deletions_per_hour = excluded.nodepool_deletions_per_hour`
+
 	sqlGetCluster   = `SELECT ` + sqlClusterCols + ` FROM clusters WHERE name = $1`
 	sqlListClusters = `SELECT ` + sqlClusterCols + ` FROM clusters ORDER BY name`
 
@@ -82,6 +86,19 @@ ON CONFLICT (cluster, name) DO UPDATE SET
     updated_at = excluded.updated_at
 RETURNING ` + nodeCols
 )
+
+// SetNodePoolBudget sets how many NodeClaim deletions each NodePool of the
+// cluster may start per sliding hour, creating the cluster row when it does
+// not exist. Negative is ErrInvalid.
+func (s *Store) SetNodePoolBudget(ctx context.Context, cluster string, deletionsPerHour int, now time.Time) error {
+	if cluster == "" || deletionsPerHour < 0 {
+		return invalidf("set nodepool budget of cluster %q: need a name and a budget >= 0 (got %d/h)", cluster, deletionsPerHour)
+	}
+	if _, err := s.pool.Exec(ctx, sqlSetNodePoolBudget, cluster, now, deletionsPerHour); err != nil {
+		return errorf(err, "set nodepool budget of cluster %s", cluster)
+	}
+	return nil
+}
 
 // SetClusterBudget sets a cluster's deletion budgets, creating the cluster
 // row (created_at = now) when it does not exist. Negative values are

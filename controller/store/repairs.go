@@ -119,7 +119,12 @@ ORDER BY COALESCE(observed_at, received_at), id`
 	// take, so repairs and nodes of the cluster can still be inserted
 	// meanwhile.
 	sqlLockClusterBudget = `
-SELECT deletions_per_hour, max_in_flight_per_nodepool FROM clusters WHERE name = $1 FOR NO KEY UPDATE`
+SELECT deletions_per_hour, max_in_flight_per_nodepool, nodepool_deletions_per_hour FROM clusters WHERE name = $1 FOR NO KEY UPDATE`
+
+	sqlNodePoolDeletionsSince = `
+SELECT count(DISTINCT a.repair_id) FROM repair_audit a JOIN repairs r ON r.id = a.repair_id
+WHERE a.to_state = 'deleting' AND a.from_state IS DISTINCT FROM 'deleting' AND a.at > $3
+  AND r.cluster = $1 AND r.nodepool = $2 AND r.dry_run = $4`
 
 	sqlRepairCluster = `SELECT cluster FROM repairs WHERE id = $1`
 
@@ -307,6 +312,8 @@ func transition(ctx context.Context, tx pgx.Tx, t TransitionRequest, now time.Ti
 const (
 	BudgetDeletionsPerHour       = "deletions_per_hour"
 	BudgetMaxInFlightPerNodePool = "max_in_flight_per_nodepool"
+	// BudgetNodePoolDeletionsPerHour: deletions in the NodePool in the last hour.
+	BudgetNodePoolDeletionsPerHour = "nodepool_deletions_per_hour"
 )
 
 // DeletionBudget is the state of a cluster's deletion budgets as
@@ -323,6 +330,10 @@ type DeletionBudget struct {
 	// InFlight counts repairs of the NodePool in state deleting.
 	InFlight               int `json:"in_flight"`
 	MaxInFlightPerNodePool int `json:"max_in_flight_per_nodepool"`
+	// NodePoolDeletionsLastHour counts the NodePool's repairs that entered
+	// deleting in (now-1h, now].
+	NodePoolDeletionsLastHour int `json:"nodepool_deletions_last_hour"`
+	NodePoolDeletionsPerHour  int `json:"nodepool_deletions_per_hour"`
 }
 
 func (b DeletionBudget) auditDetail() map[string]any {
@@ -330,6 +341,7 @@ func (b DeletionBudget) auditDetail() map[string]any {
 		"cluster": b.Cluster, "nodepool": b.NodePool, "dry_run": b.DryRun,
 		"deletions_last_hour": b.DeletionsLastHour, "deletions_per_hour": b.DeletionsPerHour,
 		"in_flight": b.InFlight, "max_in_flight_per_nodepool": b.MaxInFlightPerNodePool,
+		"nodepool_deletions_last_hour": b.NodePoolDeletionsLastHour, "nodepool_deletions_per_hour": b.NodePoolDeletionsPerHour,
 	}
 }
 
@@ -347,6 +359,9 @@ func (e *BudgetExceededError) Error() string {
 	case BudgetDeletionsPerHour:
 		return fmt.Sprintf("cluster %s: %d deletions in the last hour, budget %d per hour: %v",
 			e.Cluster, e.DeletionsLastHour, e.DeletionsPerHour, ErrBudgetExceeded)
+	case BudgetNodePoolDeletionsPerHour:
+		return fmt.Sprintf("cluster %s nodepool %q: %d deletions in the last hour, budget %d per hour: %v",
+			e.Cluster, e.NodePool, e.NodePoolDeletionsLastHour, e.NodePoolDeletionsPerHour, ErrBudgetExceeded)
 	default:
 		return fmt.Sprintf("cluster %s nodepool %q: %d deletions in flight, budget %d: %v",
 			e.Cluster, e.NodePool, e.InFlight, e.MaxInFlightPerNodePool, ErrBudgetExceeded)
@@ -388,7 +403,7 @@ func (s *Store) BeginDeletion(ctx context.Context, id int64, from ledger.State, 
 			return err
 		}
 		b := DeletionBudget{Cluster: cluster}
-		if err := tx.QueryRow(ctx, sqlLockClusterBudget, cluster).Scan(&b.DeletionsPerHour, &b.MaxInFlightPerNodePool); err != nil {
+		if err := tx.QueryRow(ctx, sqlLockClusterBudget, cluster).Scan(&b.DeletionsPerHour, &b.MaxInFlightPerNodePool, &b.NodePoolDeletionsPerHour); err != nil {
 			return err
 		}
 		rows, _ := tx.Query(ctx, sqlGetRepairForUpdate, id)
@@ -406,11 +421,16 @@ func (s *Store) BeginDeletion(ctx context.Context, id int64, from ledger.State, 
 		if err := tx.QueryRow(ctx, sqlInFlight, cluster, cur.NodePool, cur.DryRun).Scan(&b.InFlight); err != nil {
 			return err
 		}
+		if err := tx.QueryRow(ctx, sqlNodePoolDeletionsSince, cluster, cur.NodePool, now.Add(-time.Hour), cur.DryRun).Scan(&b.NodePoolDeletionsLastHour); err != nil {
+			return err
+		}
 		switch {
 		case b.DeletionsLastHour >= b.DeletionsPerHour:
 			return &BudgetExceededError{RepairID: id, Budget: BudgetDeletionsPerHour, DeletionBudget: b}
 		case b.InFlight >= b.MaxInFlightPerNodePool:
 			return &BudgetExceededError{RepairID: id, Budget: BudgetMaxInFlightPerNodePool, DeletionBudget: b}
+		case b.NodePoolDeletionsLastHour >= b.NodePoolDeletionsPerHour:
+			return &BudgetExceededError{RepairID: id, Budget: BudgetNodePoolDeletionsPerHour, DeletionBudget: b}
 		}
 		for _, g := range guards {
 			if err := g(ctx, cur, b); err != nil {

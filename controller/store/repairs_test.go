@@ -296,3 +296,39 @@ func TestRepairFindings(t *testing.T) {
 		t.Errorf("AddRepairFindings(missing repair) = %v, want ErrNotFound", err)
 	}
 }
+
+// TestNodePoolDeletionsPerHour: a NodePool's hourly budget holds even when
+// the cluster's is larger, and other pools keep theirs.
+func TestNodePoolDeletionsPerHour(t *testing.T) {
+	t.Parallel()
+	s := open(t)
+	ctx := context.Background()
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	if _, err := s.SetClusterBudget(ctx, "c1", 100, 100, now); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetNodePoolBudget(ctx, "c1", 2, now); err != nil {
+		t.Fatal(err)
+	}
+	begin := func(node, pool string) error {
+		r, _, err := s.OpenRepair(ctx, store.Repair{Cluster: "c1", Node: node, NodePool: pool, Reason: "GPULost", State: ledger.Tolerating}, "t", "t", now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = s.BeginDeletion(ctx, r.ID, ledger.Tolerating, "t", "t", now)
+		return err
+	}
+	for i, want := range []bool{true, true, false} {
+		err := begin(fmt.Sprintf("a%d", i), "a")
+		if ok := err == nil; ok != want {
+			t.Fatalf("pool a deletion %d: err = %v, want ok=%v", i, err, want)
+		}
+		var be *store.BudgetExceededError
+		if !want && (!errors.As(err, &be) || be.Budget != store.BudgetNodePoolDeletionsPerHour) {
+			t.Fatalf("err = %v, want the nodepool hourly budget", err)
+		}
+	}
+	if err := begin("b0", "b"); err != nil {
+		t.Fatalf("pool b spent by pool a: %v", err)
+	}
+}
