@@ -25,6 +25,7 @@ import (
 	"github.com/fleetrepair/fleetrepair/controller/kube"
 	"github.com/fleetrepair/fleetrepair/controller/policy"
 	"github.com/fleetrepair/fleetrepair/controller/repair"
+	"github.com/fleetrepair/fleetrepair/controller/shadow"
 	"github.com/fleetrepair/fleetrepair/controller/store"
 	"github.com/fleetrepair/fleetrepair/web/api"
 )
@@ -158,7 +159,8 @@ func Start(ctx context.Context, o Options) (*Controller, error) {
 	}
 	sort.Strings(names)
 	h, err := api.Handler(api.Config{Store: st, Catalog: cat, Clusters: names, Authenticator: o.Authenticator,
-		OnIngest: rec.Trigger, ClusterStates: rec.Clusters, Operators: o.Operators, Gatherer: reg, Registerer: reg, Now: o.Now, Log: o.Log})
+		OnIngest: rec.Trigger, ClusterStates: rec.Clusters, Operators: o.Operators, Gatherer: reg, Registerer: reg, Now: o.Now, Log: o.Log,
+		Shadow: shadow.Config{Store: st, Engine: eng, Policy: pol, Breaker: bp, Toleration: o.Toleration, Clusters: names, Resync: o.Resync}.ReportFunc()})
 	if err != nil {
 		st.Close()
 		return nil, err

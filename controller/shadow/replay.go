@@ -3,6 +3,7 @@ package shadow
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -17,7 +18,7 @@ import (
 
 // schemaBudget is the clusters table's default budgets, for a cluster
 // without a row (nodes always have one: the store creates it on ingest).
-var schemaBudget = Budget{DeletionsPerHour: 10, MaxInFlightPerNodePool: 1}
+var schemaBudget = Budget{DeletionsPerHour: 10, MaxInFlightPerNodePool: 1, NodePoolDeletionsPerHour: DefaultNodePoolDeletionsPerHour}
 
 // node is one stored node during the replay. Its key, "cluster/node", is
 // the breaker's node name, as in controller/repair.
@@ -32,10 +33,10 @@ type node struct {
 	fs        []timed // every loaded finding, in the store's order (at never decreases)
 	truncated bool
 	next      int    // fs[:next] are delivered
-	lo        int    // fs[lo] is the oldest delivered finding within the lookback
 	boot      string // the boot ID of the newest delivered finding: the node's current boot
 
 	dirty    bool      // findings delivered since the last diagnosis
+	nextDiag time.Time // a node with many findings is diagnosed again no earlier than this
 	recheck  time.Time // a finding leaves a time window after this: diagnose again
 	volatile bool      // an untimed finding is in the input: the diagnosis's times are "now"
 	diags    []diagnose.Diagnosis
@@ -96,16 +97,23 @@ type replay struct {
 
 	// active holds the nodes with a diagnosis or an open repair: the only
 	// ones a pass looks at.
-	active    map[*node]bool
-	deletedAt map[string][]time.Time // cluster -> deletions in the last hour
-	inFlight  map[string][]time.Time // cluster/nodepool -> deletions still in flight
-	released  int                    // breaker-held repairs released in this pass
-	ignored   int                    // findings of deleted nodes not delivered
+	active        map[*node]bool
+	activeList    []*node // active, by key; rebuilt when activeChanged
+	activeChanged bool
+	deletedAt     map[string][]time.Time // cluster -> deletions in the last hour
+	inFlight      map[string][]time.Time // cluster/nodepool -> deletions still in flight
+	poolDeletedAt map[string][]time.Time // cluster/nodepool -> deletions in the last hour
+	released      int                    // breaker-held repairs released in this pass
+	ignored       int                    // findings of deleted nodes not delivered
+	throttled     map[*node]bool         // nodes whose diagnosis was deferred at least once
+	sigs          []breaker.Signal       // buffers every pass reuses
+	cands         []*node
 }
 
 func newReplay(cfg Config, since, until time.Time) *replay {
 	r := &replay{cfg: cfg, since: since, until: until, budgets: map[string]Budget{}, openTrips: map[string]int{},
-		active: map[*node]bool{}, deletedAt: map[string][]time.Time{}, inFlight: map[string][]time.Time{}}
+		active: map[*node]bool{}, deletedAt: map[string][]time.Time{}, inFlight: map[string][]time.Time{},
+		poolDeletedAt: map[string][]time.Time{}, throttled: map[*node]bool{}}
 	r.out = &Report{Since: since, Until: until, Deletions: []Deletion{}, ApprovalsNeeded: []Approval{}, Trips: []Trip{},
 		BudgetDelays: []BudgetDelay{}, Failed: []Failed{}, ByReason: map[string]*ReasonCounts{},
 		Policy: PolicyView{PolicyOverrides: cfg.Policy != nil, ResyncSeconds: cfg.Resync.Seconds(),
@@ -256,27 +264,37 @@ func (r *replay) pass(now time.Time) bool {
 			r.fleetDirty = true
 		}
 		n.dirty = true
-		r.active[n] = true
+		if !r.active[n] {
+			r.active[n], r.activeChanged = true, true
+		}
 	}
 
-	nodes := make([]*node, 0, len(r.active))
-	for n := range r.active {
-		nodes = append(nodes, n)
+	if r.activeChanged {
+		r.activeList = r.activeList[:0]
+		for n := range r.active {
+			r.activeList = append(r.activeList, n)
+		}
+		sort.Slice(r.activeList, func(i, j int) bool { return r.activeList[i].key < r.activeList[j].key })
+		r.activeChanged = false
 	}
-	sort.Slice(nodes, func(i, j int) bool { return nodes[i].key < nodes[j].key })
-	volatile := false
+	nodes := r.activeList
+	busy := false // a node needs diagnosing at a later pass
 	for _, n := range nodes {
 		if n.dirty || n.volatile || !n.recheck.IsZero() && now.After(n.recheck) {
-			r.diagnose(n, now)
+			if now.Before(n.nextDiag) {
+				r.throttled[n] = true
+			} else {
+				r.diagnose(n, now)
+			}
 		}
-		volatile = volatile || n.volatile
+		busy = busy || n.volatile || n.dirty
 	}
 
 	signalled := r.evaluateBreakers(now, nodes)
 
 	// Repairs in the order their conditions began (then by name): the
 	// deletion budgets go to the oldest first.
-	var cands []*node
+	cands := r.cands[:0]
 	for _, n := range nodes {
 		if !n.gone && (n.rp != nil || n.head.Severity == catalog.SeverityCondition) {
 			cands = append(cands, n)
@@ -288,10 +306,11 @@ func (r *replay) pass(now time.Time) bool {
 		}
 		return now
 	}
-	sort.SliceStable(cands, func(i, j int) bool { return start(cands[i]).Before(start(cands[j])) })
+	slices.SortStableFunc(cands, func(a, b *node) int { return start(a).Compare(start(b)) })
 	for _, n := range cands {
 		r.reconcile(n, now)
 	}
+	r.cands = cands
 
 	open := false
 	for _, n := range nodes {
@@ -300,34 +319,49 @@ func (r *replay) pass(now time.Time) bool {
 		}
 		if n.gone || len(n.diags) == 0 && n.rp == nil {
 			delete(r.active, n)
+			r.activeChanged = true
 		}
 	}
-	return !open && !volatile && !signalled && !r.bstate.Tripped()
+	return !open && !busy && !signalled && !r.bstate.Tripped()
 }
 
-// diagnose runs the real rules on what the controller would read at now:
-// the node's oldest findings within the lookback, up to its read limit,
-// with the current boot's ID; then the operator policy.
+// diagnose runs the real rules on what repair.ReconcileNode reads at now —
+// every finding of the current boot (and those without a boot ID or a
+// time), earlier boots' only within the lookback — with the current boot's
+// ID; then the operator policy.
 func (r *replay) diagnose(n *node, now time.Time) {
 	n.dirty, n.volatile, n.recheck = false, false, time.Time{}
-	cut := now.Add(-r.cfg.Lookback)
-	for n.lo < n.next && n.fs[n.lo].at.Before(cut) {
-		n.lo++
-	}
-	hi := min(n.next, n.lo+diagnoseLimit)
-	fs := make([]finding.Finding, 0, hi-n.lo)
-	for _, t := range n.fs[n.lo:hi] {
-		fs = append(fs, t.f)
-		n.volatile = n.volatile || t.untimed
-		// A diagnosis changes with time alone when a finding leaves the
-		// repeat window or the lookback (diagnose drops it when now - t
-		// exceeds the window): look again then.
-		for _, c := range []time.Time{t.at.Add(r.cfg.RepeatWindow), t.at.Add(r.cfg.Lookback)} {
-			if !c.Before(now) && (n.recheck.IsZero() || c.Before(n.recheck)) {
-				n.recheck = c
-			}
+	later := func(c time.Time) {
+		if !c.Before(now) && (n.recheck.IsZero() || c.Before(n.recheck)) {
+			n.recheck = c
 		}
 	}
+	fs := make([]finding.Finding, 0, min(n.next, diagnoseLimit))
+	for _, t := range n.fs[:n.next] {
+		f := t.f
+		always := f.BootID == "" || f.BootID == n.boot || f.Time.IsZero()
+		if !always && now.Sub(f.Time) > r.cfg.Lookback {
+			continue // an earlier boot's history, out of the lookback
+		}
+		if len(fs) == diagnoseLimit {
+			break
+		}
+		fs = append(fs, f)
+		n.volatile = n.volatile || t.untimed
+		// A diagnosis changes with time alone when a finding leaves the
+		// repeat window or, for an earlier boot's, the lookback (both drop
+		// it once now - t exceeds them): look again then.
+		later(t.at.Add(r.cfg.RepeatWindow))
+		if !always {
+			later(f.Time.Add(r.cfg.Lookback))
+		}
+	}
+	// A diagnosis reads every finding, so a chatty node costs the square of
+	// its findings over a replay (the controller pays it in real time).
+	// Beyond throttleFindings, the node is diagnosed at most every
+	// Resync * (1 + findings/throttleFindings): its decisions may lag by that
+	// much, which the report's notes say.
+	n.nextDiag = now.Add(r.cfg.Resync * time.Duration(len(fs)/throttleFindings))
 	ds := r.cfg.Engine.Diagnose(diagnose.Input{Cluster: n.cluster, Node: n.name, BootID: n.boot, Findings: fs, Now: now})
 	n.diags = r.applyPolicy(ds, n.pool)
 	n.head = diagnose.Headline(n.diags)
@@ -352,7 +386,7 @@ func (r *replay) evaluateBreakers(now time.Time, nodes []*node) bool {
 		r.fleet = r.cfg.Breaker.Fleet(bn)
 		r.fleetDirty = false
 	}
-	var sigs []breaker.Signal
+	sigs := r.sigs[:0]
 	var latest time.Time
 	for _, n := range nodes {
 		if n.gone {
@@ -371,6 +405,15 @@ func (r *replay) evaluateBreakers(now time.Time, nodes []*node) bool {
 			}
 		}
 	}
+	r.sigs = sigs
+	recent := !latest.IsZero() && latest.After(now.Add(-r.cfg.Breaker.Config().Window))
+	if !recent && !r.bstate.Tripped() {
+		// Nothing can change: trips and the ceiling need new-failure
+		// signals within the window (ongoing ones count towards neither),
+		// and nothing is open to cool down. Skipping keeps a week of held
+		// repairs cheap to replay.
+		return false
+	}
 	var ds []breaker.Decision
 	r.bstate, ds = r.cfg.Breaker.Evaluate(now, r.fleet, sigs, r.bstate)
 	for _, d := range ds {
@@ -387,7 +430,7 @@ func (r *replay) evaluateBreakers(now time.Time, nodes []*node) bool {
 			}
 		}
 	}
-	return !latest.IsZero() && latest.After(now.Add(-r.cfg.Breaker.Config().Window))
+	return recent
 }
 
 // reconcile is repair.ReconcileNode's ledger part for one node.
@@ -457,12 +500,7 @@ func (r *replay) execute(n *node, rp *openRepair, now time.Time) {
 		return
 	}
 	if budget, detail, ok := r.budgetAllows(n, now); !ok {
-		if !rp.delayed {
-			rp.delayed = true
-			c.BudgetDelayed++
-			r.out.BudgetDelays = append(r.out.BudgetDelays, BudgetDelay{Cluster: n.cluster, Node: n.name, Reason: rp.reason,
-				At: now, Budget: budget, Detail: detail})
-		}
+		r.delay(n, rp, now, budget, detail)
 		return // retried on the next pass
 	}
 	if r.cfg.Breaker != nil {
@@ -471,43 +509,97 @@ func (r *replay) execute(n *node, rp *openRepair, now time.Time) {
 			return
 		}
 	}
+	if detail, ok := r.minHealthyAllows(n, now); !ok {
+		r.delay(n, rp, now, BudgetMinHealthy, detail)
+		return // retried on the next pass
+	}
+	pool := n.cluster + "/" + n.pool
 	r.deletedAt[n.cluster] = append(r.deletedAt[n.cluster], now)
-	r.inFlight[n.cluster+"/"+n.pool] = append(r.inFlight[n.cluster+"/"+n.pool], now)
+	r.inFlight[pool] = append(r.inFlight[pool], now)
+	r.poolDeletedAt[pool] = append(r.poolDeletedAt[pool], now)
 	c.Deletions++
 	r.out.Deletions = append(r.out.Deletions, Deletion{Cluster: n.cluster, Node: n.name, NodePool: n.pool, Reason: rp.reason,
 		At: now, TolerationStartedAt: rp.tolStart, Released: rp.releasedBy})
 	n.gone, n.rp, n.diags, n.head = true, nil, nil, diagnose.Headline(nil)
 }
 
-// budgetAllows is BeginDeletion's budget check: deletions that entered
-// deleting in (now-1h, now] against deletions_per_hour, then the NodePool's
-// deletions still in flight against max_in_flight_per_nodepool.
+// budgetAllows is BeginDeletion's budget check, in its order: deletions
+// that entered deleting in (now-1h, now] against the cluster's
+// deletions_per_hour, the NodePool's deletions still in flight against
+// max_in_flight_per_nodepool, the NodePool's deletions in the last hour
+// against nodepool_deletions_per_hour.
 func (r *replay) budgetAllows(n *node, now time.Time) (budget, detail string, ok bool) {
 	b, known := r.budgets[n.cluster]
 	if !known {
 		b = schemaBudget
 	}
-	hour := now.Add(-time.Hour)
-	ds := r.deletedAt[n.cluster]
-	for len(ds) > 0 && !ds[0].After(hour) {
-		ds = ds[1:]
-	}
-	r.deletedAt[n.cluster] = ds
-	if len(ds) >= b.DeletionsPerHour {
+	pool := n.cluster + "/" + n.pool
+	ds := pruneBefore(r.deletedAt, n.cluster, now.Add(-time.Hour))
+	fl := pruneBefore(r.inFlight, pool, now.Add(-r.cfg.DeletingFor))
+	pd := pruneBefore(r.poolDeletedAt, pool, now.Add(-time.Hour))
+	switch {
+	case len(ds) >= b.DeletionsPerHour:
 		return store.BudgetDeletionsPerHour, fmt.Sprintf("cluster %s: %d deletions in the last hour, budget %d per hour",
 			n.cluster, len(ds), b.DeletionsPerHour), false
-	}
-	k := n.cluster + "/" + n.pool
-	fl := r.inFlight[k]
-	for len(fl) > 0 && !now.Before(fl[0].Add(r.cfg.DeletingFor)) {
-		fl = fl[1:]
-	}
-	r.inFlight[k] = fl
-	if len(fl) >= b.MaxInFlightPerNodePool {
+	case len(fl) >= b.MaxInFlightPerNodePool:
 		return store.BudgetMaxInFlightPerNodePool, fmt.Sprintf("cluster %s nodepool %q: %d deletions in flight, budget %d",
 			n.cluster, n.pool, len(fl), b.MaxInFlightPerNodePool), false
+	case len(pd) >= r.nodePoolPerHour():
+		return store.BudgetNodePoolDeletionsPerHour, fmt.Sprintf("cluster %s nodepool %q: %d deletions in the last hour, budget %d per hour",
+			n.cluster, n.pool, len(pd), r.nodePoolPerHour()), false
 	}
 	return "", "", true
+}
+
+// pruneBefore drops the times of m[k] at or before cut and returns the rest.
+func pruneBefore(m map[string][]time.Time, k string, cut time.Time) []time.Time {
+	ts := m[k]
+	for len(ts) > 0 && !ts[0].After(cut) {
+		ts = ts[1:]
+	}
+	m[k] = ts
+	return ts
+}
+
+func (r *replay) nodePoolPerHour() int {
+	if r.cfg.NodePoolDeletionsPerHour > 0 {
+		return r.cfg.NodePoolDeletionsPerHour
+	}
+	return DefaultNodePoolDeletionsPerHour
+}
+
+// minHealthyAllows is repair's minHealthy guard: the NodePool keeps at
+// least the policy's minHealthy healthy nodes. Healthy here is a node of
+// the pool in the fleet, not under a condition (quarantined) and not a
+// replacement still on its way (a deletion in flight); the store does not
+// know which nodes were NotReady.
+func (r *replay) minHealthyAllows(n *node, now time.Time) (string, bool) {
+	want := r.cfg.Policy.MinHealthy(n.pool)
+	if want <= 0 {
+		return "", true
+	}
+	healthy := 0
+	for _, m := range r.nodes {
+		if m.joined && m.cluster == n.cluster && m.pool == n.pool && m.head.Severity != catalog.SeverityCondition {
+			healthy++
+		}
+	}
+	healthy -= len(pruneBefore(r.inFlight, n.cluster+"/"+n.pool, now.Add(-r.cfg.DeletingFor)))
+	if healthy < want {
+		return fmt.Sprintf("NodePool %s has %d healthy nodes, minimum %d", n.pool, healthy, want), false
+	}
+	return "", true
+}
+
+// delay records, once per repair, that a budget delayed it.
+func (r *replay) delay(n *node, rp *openRepair, now time.Time, budget, detail string) {
+	if rp.delayed {
+		return
+	}
+	rp.delayed = true
+	r.counts(rp.reason).BudgetDelayed++
+	r.out.BudgetDelays = append(r.out.BudgetDelays, BudgetDelay{Cluster: n.cluster, Node: n.name, Reason: rp.reason,
+		At: now, Budget: budget, Detail: detail})
 }
 
 // hold parks the repair for on-call approval.
@@ -603,6 +695,10 @@ func (r *replay) finish() {
 	if r.out.UntimedFindings > 0 {
 		r.note("%d finding(s) have no observation time; each is placed at the time of the finding stored before it (the store does not return receipt times)",
 			r.out.UntimedFindings)
+	}
+	if len(r.throttled) > 0 {
+		r.note("%d node(s) have more than %d findings in a diagnosis; to keep the replay fast they were diagnosed at most every %s per %d findings, so their decisions may lag by that much",
+			len(r.throttled), throttleFindings, r.cfg.Resync, throttleFindings)
 	}
 	if r.ignored > 0 {
 		r.note("%d finding(s) of nodes this report deletes arrived after the deletion and are left out: the real nodes kept reporting, their replacements would not have",

@@ -32,6 +32,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -55,6 +56,10 @@ const (
 	// NodeClaim is gone (drain and termination), which the store does not
 	// record for repairs that never ran.
 	DefaultDeletingFor = 5 * time.Minute
+	// DefaultNodePoolDeletionsPerHour is the clusters table's default
+	// nodepool_deletions_per_hour (migration 00004); store.Cluster does not
+	// carry the stored value, so Config.NodePoolDeletionsPerHour sets it.
+	DefaultNodePoolDeletionsPerHour = 5
 	// DefaultRepeatWindow is diagnose.Options.RepeatWindow's default: the
 	// only window over which a diagnosis changes with time alone, so a node
 	// is re-diagnosed when one of its findings leaves it.
@@ -63,15 +68,19 @@ const (
 	// of the range in memory.
 	DefaultMaxRange = 31 * 24 * time.Hour
 	// DefaultMaxFindings bounds the findings loaded for one report (range
-	// plus lookback, every node); a larger range is refused, not truncated.
-	DefaultMaxFindings = 2_000_000
+	// plus lookback, every node; a few hundred bytes each in memory): a
+	// larger range is refused, not truncated.
+	DefaultMaxFindings = 500_000
 	// maxFindingsPerNode bounds one node's findings; beyond it the node's
 	// later findings are left out and the report says so in Notes.
-	maxFindingsPerNode = 200_000
+	maxFindingsPerNode = 100_000
 	// diagnoseLimit is how many findings the controller reads per node and
 	// reconcile (the oldest within the lookback: repair.ReconcileNode).
 	diagnoseLimit = 10000
 	loadWorkers   = 4
+	// throttleFindings: a node whose diagnosis reads more findings than
+	// this is diagnosed less often (replay.diagnose).
+	throttleFindings = 30
 )
 
 // Config is what the replay needs: the store (the source of facts) and the
@@ -94,6 +103,11 @@ type Config struct {
 	// Clusters limits the replay to these clusters (the controller's
 	// configured ones); nil means every cluster in the store.
 	Clusters []string
+
+	// NodePoolDeletionsPerHour is every cluster's per-NodePool deletion
+	// budget per hour (default DefaultNodePoolDeletionsPerHour; the store
+	// does not return it).
+	NodePoolDeletionsPerHour int
 
 	Lookback     time.Duration // default DefaultLookback
 	Resync       time.Duration // default DefaultResync
@@ -239,14 +253,19 @@ type Trip struct {
 	CloseCause string     `json:"closeCause,omitempty"`
 }
 
+// BudgetMinHealthy is BudgetDelay.Budget when the NodePool's minHealthy
+// (policy file) held the deletion.
+const BudgetMinHealthy = "nodepool_min_healthy"
+
 // BudgetDelay is a repair a deletion budget delayed.
 type BudgetDelay struct {
 	Cluster string    `json:"cluster"`
 	Node    string    `json:"node"`
 	Reason  string    `json:"reason"`
 	At      time.Time `json:"at"`
-	// Budget is store.BudgetDeletionsPerHour or
-	// store.BudgetMaxInFlightPerNodePool.
+	// Budget is store.BudgetDeletionsPerHour,
+	// store.BudgetMaxInFlightPerNodePool,
+	// store.BudgetNodePoolDeletionsPerHour or BudgetMinHealthy.
 	Budget string `json:"budget"`
 	Detail string `json:"detail"`
 }
@@ -285,20 +304,22 @@ type PolicyView struct {
 	// PolicyOverrides is true when an operator policy file is in force.
 	PolicyOverrides bool `json:"policyOverrides"`
 	// Budgets are the clusters' current deletion budgets.
-	Budgets             map[string]Budget `json:"budgets"`
-	ResyncSeconds       float64           `json:"resyncSeconds"`
-	DrainPerPass        int               `json:"drainPerPass"`
-	ApprovalTTLSeconds  float64           `json:"approvalTTLSeconds"`
-	DeletingForSeconds  float64           `json:"deletingForSeconds"`
-	LookbackSeconds     float64           `json:"lookbackSeconds"`
+	Budgets            map[string]Budget `json:"budgets"`
+	ResyncSeconds      float64           `json:"resyncSeconds"`
+	DrainPerPass       int               `json:"drainPerPass"`
+	ApprovalTTLSeconds float64           `json:"approvalTTLSeconds"`
+	DeletingForSeconds float64           `json:"deletingForSeconds"`
+	LookbackSeconds    float64           `json:"lookbackSeconds"`
 	// CatalogVersion is the reason catalog's version.
 	CatalogVersion string `json:"catalogVersion"`
 }
 
-// Budget is one cluster's deletion budgets (store.Cluster).
+// Budget is one cluster's deletion budgets (store.Cluster, plus the
+// per-NodePool hourly budget of Config).
 type Budget struct {
-	DeletionsPerHour       int `json:"deletionsPerHour"`
-	MaxInFlightPerNodePool int `json:"maxInFlightPerNodePool"`
+	DeletionsPerHour         int `json:"deletionsPerHour"`
+	MaxInFlightPerNodePool   int `json:"maxInFlightPerNodePool"`
+	NodePoolDeletionsPerHour int `json:"nodePoolDeletionsPerHour"`
 }
 
 // Run replays [since, until) and returns the report. A bad range (since
@@ -362,7 +383,8 @@ func load(ctx context.Context, cfg Config, since, until time.Time) (*replay, err
 	r := newReplay(cfg, since, until)
 	for _, c := range clusters {
 		if len(want) == 0 || want[c.Name] {
-			r.budgets[c.Name] = Budget{DeletionsPerHour: c.DeletionsPerHour, MaxInFlightPerNodePool: c.MaxInFlightPerNodePool}
+			r.budgets[c.Name] = Budget{DeletionsPerHour: c.DeletionsPerHour, MaxInFlightPerNodePool: c.MaxInFlightPerNodePool,
+				NodePoolDeletionsPerHour: r.nodePoolPerHour()}
 		}
 	}
 	r.out.Policy.Budgets = r.budgets
@@ -375,24 +397,26 @@ func load(ctx context.Context, cfg Config, since, until time.Time) (*replay, err
 	}
 
 	from := since.Add(-cfg.Lookback)
+	// budget counts down the findings still allowed, over every node, so an
+	// oversized range stops early instead of filling memory first.
+	var budget atomic.Int64
+	budget.Store(int64(cfg.MaxFindings))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(loadWorkers)
 	for _, n := range nodes {
-		g.Go(func() error { return n.load(gctx, cfg.Store, from, until) })
+		g.Go(func() error { return n.load(gctx, cfg.Store, from, until, &budget) })
 	}
-	if err := g.Wait(); err != nil {
+	if err := g.Wait(); errors.Is(err, errTooMany) {
+		return nil, fmt.Errorf("shadow report: the range and its %s lookback hold more than the %d findings one report replays; narrow the range: %w",
+			cfg.Lookback, cfg.MaxFindings, store.ErrInvalid)
+	} else if err != nil {
 		return nil, fmt.Errorf("shadow report: %w", err)
 	}
-	total, truncated := 0, 0
+	truncated := 0
 	for _, n := range nodes {
-		total += len(n.fs)
 		if n.truncated {
 			truncated++
 		}
-	}
-	if total > cfg.MaxFindings {
-		return nil, fmt.Errorf("shadow report: the range and its %s lookback hold %d findings, more than the %d one report replays; narrow the range: %w",
-			cfg.Lookback, total, cfg.MaxFindings, store.ErrInvalid)
 	}
 	if truncated > 0 {
 		r.note("%d node(s) have more than %d findings in the range; their later findings are left out", truncated, maxFindingsPerNode)
@@ -401,6 +425,9 @@ func load(ctx context.Context, cfg Config, since, until time.Time) (*replay, err
 	r.index(nodes)
 	return r, nil
 }
+
+// errTooMany stops loading when the range holds more than MaxFindings.
+var errTooMany = errors.New("too many findings")
 
 // timed is one stored finding with the time the replay delivers it at.
 type timed struct {
@@ -418,7 +445,7 @@ type timed struct {
 // lower bound of its receipt), or when the node's row was created (the
 // store creates it with the node's first report, if not before) when that
 // is later.
-func (n *node) load(ctx context.Context, st *store.Store, from, until time.Time) error {
+func (n *node) load(ctx context.Context, st *store.Store, from, until time.Time, budget *atomic.Int64) error {
 	seen := map[string]bool{}
 	cursor, prev := from, from
 	if n.joinAt.After(prev) {
@@ -442,6 +469,9 @@ func (n *node) load(ctx context.Context, st *store.Store, from, until time.Time)
 			seen[f.ID], progress = true, true
 			if !at.Before(until) {
 				return nil
+			}
+			if budget.Add(-1) < 0 {
+				return errTooMany
 			}
 			n.fs = append(n.fs, timed{at: at, f: f, untimed: untimed})
 			if len(n.fs) >= maxFindingsPerNode {

@@ -68,8 +68,14 @@ func (f *fleet) report(node string, at time.Time, fs []finding.Finding) {
 // the agent could not tell), received at recv.
 func (f *fleet) xid(node string, xid int, at, recv time.Time) {
 	f.t.Helper()
+	f.xidBoot(node, "boot-"+node, xid, at, recv)
+}
+
+// xidBoot is xid in the given boot.
+func (f *fleet) xidBoot(node, boot string, xid int, at, recv time.Time) {
+	f.t.Helper()
 	f.seq++
-	x := finding.Finding{Detector: finding.DetectorXid, Node: node, BootID: "boot-" + node, Time: at,
+	x := finding.Finding{Detector: finding.DetectorXid, Node: node, BootID: boot, Time: at,
 		GPUPCI: "0000:3b:00.0", Xid: xid, Count: 1, Seq: f.seq,
 		Attrs:    map[string]string{finding.AttrPID: fmt.Sprint(1000 + f.seq)},
 		Evidence: []string{fmt.Sprintf("NVRM: Xid (PCI:0000:3b:00): %d, pid=%d", xid, 1000+f.seq)}}
@@ -179,6 +185,13 @@ func TestLoneFaults(t *testing.T) {
 	if got := names(rep.Deletions); len(got) != 2 || got[1] != "c1/reset" || len(rep.ApprovalsNeeded) != 0 {
 		t.Errorf("with GPUHang -> replace: deletions %v, approvals %+v; want c1/lost and c1/reset, none", got, rep.ApprovalsNeeded)
 	}
+
+	// A range holding more findings than one report replays is refused.
+	cfg.MaxFindings = 3
+	if _, err := shadow.Run(context.Background(), cfg, t0, t0.Add(4*time.Hour)); !errors.Is(err, store.ErrInvalid) ||
+		!strings.Contains(err.Error(), "narrow the range") {
+		t.Errorf("over MaxFindings: %v; want ErrInvalid asking to narrow the range", err)
+	}
 }
 
 // TestZoneWave: 6 of the 10 nodes of zone z1 lose a GPU within a minute
@@ -229,7 +242,9 @@ func TestZoneWave(t *testing.T) {
 }
 
 // TestBudgets: two lone GPU losses in one NodePool two minutes apart; with
-// one deletion in flight per NodePool the second waits for the first.
+// one deletion in flight per NodePool the second waits for the first; with
+// one deletion per NodePool and hour it waits past the range; with a
+// minimum of 12 healthy nodes in the 12-node pool neither goes.
 func TestBudgets(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t)
@@ -246,6 +261,60 @@ func TestBudgets(t *testing.T) {
 	}
 	if len(rep.BudgetDelays) != 1 || rep.BudgetDelays[0].Node != "n01" || rep.BudgetDelays[0].Budget != store.BudgetMaxInFlightPerNodePool {
 		t.Errorf("budget delays %+v; want n01 by max_in_flight_per_nodepool", rep.BudgetDelays)
+	}
+
+	cfg := config(t, f.st)
+	cfg.NodePoolDeletionsPerHour = 1
+	rep = run(t, cfg, t0.Add(time.Hour))
+	if got := names(rep.Deletions); len(got) != 1 || rep.Policy.Budgets["c1"].NodePoolDeletionsPerHour != 1 {
+		t.Errorf("one per NodePool and hour: deletions %v, budgets %+v; want c1/n00 only", got, rep.Policy.Budgets)
+	}
+
+	cfg = config(t, f.st)
+	cfg.Policy = &policy.Policy{NodePools: map[string]policy.NodePool{"train": {MinHealthy: 12}}}
+	rep = run(t, cfg, t0.Add(time.Hour))
+	if len(rep.Deletions) != 0 || len(rep.BudgetDelays) != 2 || rep.BudgetDelays[0].Budget != shadow.BudgetMinHealthy ||
+		!strings.Contains(rep.BudgetDelays[0].Detail, "10 healthy nodes, minimum 12") {
+		t.Errorf("minHealthy 12 of 12: deletions %v, delays %+v; want none deleted, both held by the minimum", names(rep.Deletions), rep.BudgetDelays)
+	}
+}
+
+// TestReboot: a reset-class fault waits for on-call; when the node reports
+// from a new boot (someone reset it by hand) the fault is history and the
+// repair resolves. A fault of the current boot counts past the lookback.
+func TestReboot(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t)
+	for i := range 6 {
+		f.node(fmt.Sprintf("n%d", i), "train", "z1", fmt.Sprintf("nc-%d", i))
+	}
+	f.xidBoot("n0", "boot-a", 109, t0.Add(10*time.Minute), t0.Add(10*time.Minute))
+	f.xidBoot("n0", "boot-b", 13, t0.Add(2*time.Hour), t0.Add(2*time.Hour))
+	f.xidBoot("n1", "boot-a", 109, t0.Add(10*time.Minute), t0.Add(10*time.Minute))
+
+	cfg := config(t, f.st)
+	cfg.Lookback = time.Hour
+	rep := run(t, cfg, t0.Add(30*time.Hour))
+
+	var n0, n1 []shadow.Approval
+	for _, a := range rep.ApprovalsNeeded {
+		switch a.Node {
+		case "n0":
+			n0 = append(n0, a)
+		case "n1":
+			n1 = append(n1, a)
+		}
+	}
+	if len(n0) != 1 || n0[0].Outcome != shadow.OutcomeResolved || !n0[0].Ended.Equal(t0.Add(2*time.Hour)) {
+		t.Errorf("n0 approvals %+v; want one, resolved when boot-b reported at t0+2h", n0)
+	}
+	// n1 stays in boot-a: its fault outlives the 1h lookback, the approval
+	// expires after 24h and is asked again.
+	if len(n1) != 2 || n1[0].Outcome != shadow.OutcomeExpired || n1[1].Outcome != shadow.OutcomePending {
+		t.Errorf("n1 approvals %+v; want expired after 24h, then asked again", n1)
+	}
+	if c := rep.ByReason[catalog.ReasonGPUHang]; c == nil || c.Resolved != 1 || c.Expired != 1 || c.Repairs != 3 {
+		t.Errorf("byReason[GPUHang] = %+v; want 3 repairs, 1 resolved, 1 expired", c)
 	}
 }
 

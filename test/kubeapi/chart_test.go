@@ -264,6 +264,13 @@ func applyDryRun(t *testing.T, env *envtest.Env, objs []*unstructured.Unstructur
 			continue
 		}
 		applied++
+		// The pod each workload makes goes through the pod admission
+		// plugins (Pod Security, Priority) and pod validation as well.
+		if pod := podOf(t, o); pod != nil {
+			if err := c.Create(ctx, pod, client.DryRunAll); err != nil {
+				t.Errorf("dry-run create of the pod of %s %s: %v", gvk.Kind, o.GetName(), err)
+			}
+		}
 		if msgs := w.take(); len(msgs) > 0 {
 			if o.GetKind() != "DaemonSet" {
 				t.Errorf("%s %s drew warnings: %v", gvk.Kind, o.GetName(), msgs)
@@ -335,4 +342,25 @@ func checkFlags(t *testing.T, objs []*unstructured.Unstructured, help map[string
 	if u := find(objs, "DaemonSet", "fleetrepair-agent"); u != nil {
 		check("agent", typed[appsv1.DaemonSet](t, u).Spec.Template.Spec.Containers[0].Args)
 	}
+}
+
+// podOf returns the pod a workload would create (on a node, for the
+// DaemonSet), or nil for other objects.
+func podOf(t *testing.T, o *unstructured.Unstructured) *corev1.Pod {
+	t.Helper()
+	var tmpl corev1.PodTemplateSpec
+	switch o.GetKind() {
+	case "Deployment":
+		tmpl = typed[appsv1.Deployment](t, o).Spec.Template
+	case "DaemonSet":
+		tmpl = typed[appsv1.DaemonSet](t, o).Spec.Template
+		tmpl.Spec.NodeName = "node-1"
+	case "Job":
+		tmpl = typed[batchv1.Job](t, o).Spec.Template
+	default:
+		return nil
+	}
+	pod := &corev1.Pod{ObjectMeta: tmpl.ObjectMeta, Spec: tmpl.Spec}
+	pod.Name, pod.Namespace = o.GetName()+"-pod", namespace
+	return pod
 }

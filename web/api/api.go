@@ -60,6 +60,13 @@ type Config struct {
 	Registerer prometheus.Registerer
 	Now        func() time.Time
 	Log        *slog.Logger
+
+	// Shadow computes the shadow report of GET /api/v1/shadow for [since,
+	// until): what the current policy would have done with the stored
+	// findings (controller/shadow's Report; controller/runner sets it). An
+	// error wrapping store.ErrInvalid is a bad range (400). Nil: the route
+	// answers 501.
+	Shadow func(ctx context.Context, since, until time.Time) (any, error)
 }
 
 type server struct {
@@ -116,6 +123,7 @@ func Handler(cfg Config) (http.Handler, error) {
 		r.Get("/breakers", s.getBreakers)
 		r.Post("/breakers/resume", s.breakerAction(false))
 		r.Post("/breakers/kill-switch", s.breakerAction(true))
+		r.Get("/shadow", s.shadow)
 	})
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no such route: "+r.Method+" "+r.URL.Path, "see the route list in README.md", nil)
