@@ -20,6 +20,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -201,10 +202,14 @@ func (k *Cluster) Condition(ctx context.Context, node string, t corev1.NodeCondi
 	return corev1.NodeCondition{}, false, nil
 }
 
+// taintBackoff retries a taint update that lost to another writer of the
+// Node (the kubelet, other agents): up to 12 tries over about 4 s.
+var taintBackoff = wait.Backoff{Steps: 12, Duration: 20 * time.Millisecond, Factor: 1.6, Jitter: 0.2}
+
 // SetQuarantine adds (on) or removes (off) the NoSchedule quarantine taint,
 // retrying on update conflicts. It is idempotent.
 func (k *Cluster) SetQuarantine(ctx context.Context, node string, on bool, reason string) error {
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	err := retry.RetryOnConflict(taintBackoff, func() error {
 		var n corev1.Node
 		if err := k.c.Get(ctx, client.ObjectKey{Name: node}, &n); err != nil {
 			return err

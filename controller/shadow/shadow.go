@@ -78,8 +78,8 @@ const (
 	// reconcile (the oldest within the lookback: repair.ReconcileNode).
 	diagnoseLimit = 10000
 	loadWorkers   = 4
-	// throttleFindings: a node whose diagnosis reads more findings than
-	// this is diagnosed less often (replay.diagnose).
+	// throttleFindings: a node is diagnosed again no sooner than one
+	// Resync per this many findings its diagnosis read (replay.diagnose).
 	throttleFindings = 30
 )
 
