@@ -51,11 +51,14 @@ ON CONFLICT (cluster, id) DO NOTHING`
 
 	// Ordered by when the fault happened; findings without that time sort
 	// by when they were received.
+	// The newest $4 matching findings, returned oldest first.
 	sqlFindingsForNode = `
-SELECT ` + findingCols + ` FROM findings
-WHERE cluster = $1 AND node = $2 AND COALESCE(observed_at, received_at) >= $3
-ORDER BY COALESCE(observed_at, received_at), id
-LIMIT $4`
+SELECT ` + findingCols + ` FROM (
+    SELECT *, COALESCE(observed_at, received_at) AS happened FROM findings
+    WHERE cluster = $1 AND node = $2 AND COALESCE(observed_at, received_at) >= $3
+    ORDER BY happened DESC, id DESC
+    LIMIT $4) newest
+ORDER BY happened, id`
 
 	sqlFindingsByIDs = `
 SELECT ` + findingCols + ` FROM findings
@@ -173,9 +176,10 @@ func marshalOr[T any](v T, empty string) ([]byte, error) {
 	return b, nil
 }
 
-// FindingsForNode returns up to limit findings of a node that happened at or
-// after since, oldest first, ordered by the time the fault happened (a
-// finding without that time by when it was received). limit <= 0 means
+// FindingsForNode returns the newest limit findings of a node that happened
+// at or after since, oldest first, ordered by the time the fault happened (a
+// finding without that time by when it was received): a node with a long
+// history always sees its latest findings. limit <= 0 means
 // MaxFindingsLimit. A finding's Time is zero when the agent could not tell.
 func (s *Store) FindingsForNode(ctx context.Context, cluster, node string, since time.Time, limit int) ([]finding.Finding, error) {
 	if limit <= 0 || limit > MaxFindingsLimit {

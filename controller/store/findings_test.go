@@ -203,10 +203,10 @@ func TestFindingsQueries(t *testing.T) {
 		t.Errorf("untimed finding: %+v (want zero Time, node and boot from the report)", got[3])
 	}
 
-	// since and limit.
+	// since and limit: the newest two of those since t0+2s, oldest first.
 	got, _ = s.FindingsForNode(ctx, "c1", "n1", t0.Add(2*time.Second), 2)
-	if !reflect.DeepEqual(ids(got), want[2:4]) {
-		t.Errorf("since t0+2s, limit 2: %v, want %v", ids(got), want[2:4])
+	if !reflect.DeepEqual(ids(got), want[4:6]) {
+		t.Errorf("since t0+2s, limit 2: %v, want %v", ids(got), want[4:6])
 	}
 	// Another node sees nothing.
 	if got, _ := s.FindingsForNode(ctx, "c1", "n2", time.Time{}, 0); len(got) != 0 {
