@@ -52,6 +52,9 @@ type Options struct {
 	// (DisableBreakers turns them off, for tests of other parts only).
 	Breaker         *breaker.Config
 	DisableBreakers bool
+	// Crash is the reconciler's fault injection (tests only; see
+	// repair.Config.Crash).
+	Crash func(point string) bool
 	// Budgets, when set, are applied to every cluster at start (else the
 	// stored values stay: defaults 10 deletions/h per cluster, 5/h and 1 in
 	// flight per NodePool).
@@ -148,7 +151,7 @@ func Start(ctx context.Context, o Options) (*Controller, error) {
 		}
 	}
 	rec, err := repair.New(repair.Config{Store: st, Engine: eng, Clusters: o.Clusters, DryRun: o.DryRun, Breaker: bp,
-		Toleration: o.Toleration, Policy: pol, Resync: o.Resync, Now: o.Now, Log: o.Log, Registerer: reg})
+		Toleration: o.Toleration, Policy: pol, Crash: o.Crash, Resync: o.Resync, Now: o.Now, Log: o.Log, Registerer: reg})
 	if err != nil {
 		st.Close()
 		return nil, err
@@ -202,3 +205,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	c.opts.Log.Info("controller running", "url", c.URL, "dry_run", c.opts.DryRun, "clusters", len(c.opts.Clusters))
 	return g.Wait()
 }
+
+// Clusters returns what the controller knows of each cluster: API server
+// reachability and, with leader election, whether this replica leads it.
+func (c *Controller) Clusters() []repair.ClusterState { return c.rec.Clusters() }
