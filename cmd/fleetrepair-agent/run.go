@@ -78,7 +78,7 @@ serves /metrics and /livez on --listen.`,
 	f.StringVar(&o.tokenFile, "token-file", os.Getenv("FLEETREPAIR_TOKEN_FILE"), "file holding the bearer token, re-read on every request (projected ServiceAccount token)")
 	f.StringVar(&o.kmsgPath, "kmsg", kmsg.DevKmsgPath, "kernel log device")
 	f.BoolVar(&o.seekEnd, "kmsg-seek-end", false, "start at the end of the kernel ring buffer (default: from the oldest record, to catch faults from before the agent started)")
-	f.DurationVar(&o.kmsgCoalesce, "kmsg-coalesce", 20*time.Millisecond, "once caught up with the kernel log, wait this long before waiting for the next record (one wake-up per burst, not per record); 0 disables")
+	f.DurationVar(&o.kmsgCoalesce, "kmsg-coalesce", 50*time.Millisecond, "once caught up with the kernel log, wait this long before waiting for the next record (one wake-up per burst, not per record); 0 disables")
 	f.BoolVar(&o.acceptUser, "accept-user-facility", false, "TESTS ONLY: also accept records written to /dev/kmsg from user space")
 	f.StringVar(&o.replay, "replay", "", "replay this kernel-log file instead of reading --kmsg (demos, tests)")
 	f.StringVar(&o.replayFormat, "replay-format", "auto", "format of --replay: "+formatNames())
