@@ -21,7 +21,9 @@ func newDecisionCmd(verb string) *cobra.Command {
 		Use:   verb + " ID --reason TEXT",
 		Short: strings.ToUpper(verb[:1]) + verb[1:] + " a repair awaiting approval (needs an approver token)",
 		Long: "The decision is recorded in the repair's audit with your identity and reason. An approval deletes\n" +
-			"nothing by itself: the controller re-validates the repair and takes it through the budgets and breakers.",
+			"nothing by itself: the controller re-validates the repair (node still unhealthy, NodeClaim unchanged)\n" +
+			"and takes it through the deletion budgets and the kill switch. An approval overrides a cohort breaker\n" +
+			"for this one repair: that is what approving a held repair means.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if strings.TrimSpace(reason) == "" {

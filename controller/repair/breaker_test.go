@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
+	"github.com/fleetrepair/fleetrepair/agent/finding"
 	"github.com/fleetrepair/fleetrepair/controller/breaker"
 	"github.com/fleetrepair/fleetrepair/controller/diagnose"
 	"github.com/fleetrepair/fleetrepair/controller/kube"
@@ -139,5 +140,48 @@ func TestZoneBreakerHoldsCohortOnly(t *testing.T) {
 		if got := released(); got != pass {
 			t.Fatalf("after pass %d: %d repairs released, want %d (paced, one per pass)", pass, got, pass)
 		}
+	}
+}
+
+// TestKillSwitchStopsApprovedRepairs: with the kill switch on, nothing is
+// deleted, not even a repair a human approved; it goes on once it is off.
+func TestKillSwitchStopsApprovedRepairs(t *testing.T) {
+	e := newEnv(t, false)
+	ctx := context.Background()
+	e.ingest(t, "node-hang", finding.Finding{Detector: finding.DetectorXid, Xid: 109, GPUPCI: "0000:cb:00.0", Evidence: []string{"xid 109"}})
+	e.reconcile(t, "node-hang")
+	// Kill switch on.
+	st, d := breaker.SetKillSwitch(breaker.State{}, true, "user:ada", "incident freeze", e.clock.Now())
+	doc, _ := json.Marshal(st)
+	_ = d
+	if err := e.st.SaveBreakerState(ctx, doc, 0, nil, e.clock.Now()); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Add(11 * time.Minute)
+	e.reconcile(t, "node-hang")
+	if e.nodeClaimDeleting(t, "node-hang-nc") {
+		t.Fatal("deleted while the kill switch is on")
+	}
+	r := e.open(t, "node-hang")
+	if r.State != ledger.AwaitingApproval {
+		t.Fatalf("state %s, want awaiting_approval (a GPU reset is not executable)", r.State)
+	}
+	if _, err := e.st.Transition(ctx, store.TransitionRequest{ID: r.ID, From: ledger.AwaitingApproval, To: ledger.Approved,
+		Actor: "user:otto", Reason: "replace it"}, e.clock.Now()); err != nil {
+		t.Fatal(err)
+	}
+	e.reconcile(t, "node-hang")
+	if e.nodeClaimDeleting(t, "node-hang-nc") {
+		t.Fatal("an approved repair deleted while the kill switch is on")
+	}
+	_, v, _ := e.st.BreakerState(ctx)
+	st, _ = breaker.SetKillSwitch(st, false, "user:ada", "freeze over", e.clock.Now())
+	doc, _ = json.Marshal(st)
+	if err := e.st.SaveBreakerState(ctx, doc, v, nil, e.clock.Now()); err != nil {
+		t.Fatal(err)
+	}
+	e.reconcile(t, "node-hang")
+	if !e.nodeClaimDeleting(t, "node-hang-nc") {
+		t.Fatalf("not deleted after the kill switch went off (state %s)", e.open(t, "node-hang").State)
 	}
 }

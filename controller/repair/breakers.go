@@ -158,16 +158,24 @@ func toStored(ds []breaker.Decision) []store.BreakerDecision {
 	return out
 }
 
+// ErrKillSwitch is returned by the deletion guard while the kill switch is on.
+var ErrKillSwitch = errors.New("the kill switch stops every repair")
+
 // breakerGuard is the deletion guard: it re-reads the saved state inside
-// the guard transaction and refuses when a breaker holds the node.
-func (r *Reconciler) breakerGuard(node heldNode) store.DeletionGuard {
+// the guard transaction and refuses when the kill switch is on, or (unless
+// a human approved this repair) when a breaker holds the node.
+func (r *Reconciler) breakerGuard(node heldNode, humanApproved bool) store.DeletionGuard {
 	return func(ctx context.Context, _ store.Repair, _ store.DeletionBudget) error {
-		if r.cfg.Breaker == nil {
-			return nil
-		}
 		st, _, err := r.loadBreakers(ctx)
 		if err != nil {
 			return err
+		}
+		if st.KillSwitch.On {
+			return fmt.Errorf("kill switch on since %s by %s (%s): %w", st.KillSwitch.Since.Format("2006-01-02T15:04:05Z07:00"),
+				st.KillSwitch.Actor, st.KillSwitch.Reason, ErrKillSwitch)
+		}
+		if r.cfg.Breaker == nil || humanApproved {
+			return nil
 		}
 		if ok, why := breaker.Allows(st, r.breakerNode(node.cluster, node.info, node.agent)); !ok {
 			return fmt.Errorf("%s: %w", why, ErrHeldByBreaker)

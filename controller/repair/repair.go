@@ -645,15 +645,18 @@ func (r *Reconciler) execute(ctx context.Context, k *kube.Cluster, sn heldNode, 
 		return r.step(ctx, rp, ledger.Failed, "no Karpenter NodeClaim owns the node; replace it by hand", nil, nil, now)
 	}
 	why := fmt.Sprintf("toleration window over; delete NodeClaim %s (uid %s)", rp.NodeClaim, rp.NodeClaimUID)
+	if rp.State == ledger.Approved {
+		why = fmt.Sprintf("approved (see the approval above); delete NodeClaim %s (uid %s)", rp.NodeClaim, rp.NodeClaimUID)
+	}
 	if rp.DryRun {
 		why = "dry-run: " + why
 	}
 	var guards []store.DeletionGuard
-	// A human approval overrides the breakers for its repair (never the
-	// budgets); the controller's own decisions always pass them.
-	if rp.State == ledger.Tolerating || rp.Detail["released_by"] == Actor {
-		guards = append(guards, r.breakerGuard(sn))
-	}
+	// A human approval overrides the cohort breakers and the fleet ceiling
+	// for its repair, never the kill switch or the budgets; the controller's
+	// own decisions pass every breaker.
+	humanApproved := rp.State == ledger.Approved && rp.Detail["released_by"] != Actor
+	guards = append(guards, r.breakerGuard(sn, humanApproved))
 	guards = append(guards, r.minHealthyGuard(k, rp))
 	next, err := r.cfg.Store.BeginDeletion(ctx, rp.ID, rp.State, Actor, why, now, guards...)
 	var budget *store.BudgetExceededError
@@ -661,6 +664,9 @@ func (r *Reconciler) execute(ctx context.Context, k *kube.Cluster, sn heldNode, 
 	case errors.Is(err, ErrMinHealthy):
 		r.log.WarnContext(ctx, "repair held by the NodePool's minimum healthy count", "cluster", rp.Cluster, "node", rp.Node, "repair", rp.ID, "err", err)
 		return rp, nil // retried on the next pass
+	case errors.Is(err, ErrKillSwitch):
+		r.log.WarnContext(ctx, "repair held by the kill switch", "cluster", rp.Cluster, "node", rp.Node, "repair", rp.ID)
+		return rp, nil // stays approved; goes on when the kill switch is off
 	case errors.Is(err, ErrHeldByBreaker):
 		return r.step(ctx, rp, ledger.AwaitingApproval, "held for on-call approval: "+err.Error(),
 			map[string]any{"held_by": heldByBreaker}, func(x *store.Repair) { x.Detail = with(x.Detail, "held_by", heldByBreaker) }, now)
