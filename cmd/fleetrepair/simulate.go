@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -45,7 +46,7 @@ checked against the case's breaker outcome.
 			if len(args) == 0 && !o.cases {
 				return errors.New("simulate: name at least one scenario file, or --cases")
 			}
-			return runSimulate(cmd.OutOrStdout(), args, o)
+			return runSimulate(cmd.Context(), cmd.OutOrStdout(), args, o)
 		},
 	}
 	cmd.Flags().BoolVar(&o.json, "json", false, "print the results as JSON (an object for one scenario, an array for several)")
@@ -57,7 +58,7 @@ checked against the case's breaker outcome.
 }
 
 // runSimulate loads and replays the scenarios and writes the results.
-func runSimulate(out io.Writer, files []string, o simulateOptions) error {
+func runSimulate(ctx context.Context, out io.Writer, files []string, o simulateOptions) error {
 	var scenarios []*simulate.Scenario
 	if o.cases {
 		paths, err := fs.Glob(fixtures.Cases, "cases/*/scenario.yaml")
@@ -82,7 +83,7 @@ func runSimulate(out io.Writer, files []string, o simulateOptions) error {
 	var results []*simulate.Result
 	failed := 0
 	for _, sc := range scenarios {
-		res, err := simulate.Run(sc, simulate.Options{Policies: o.policies})
+		res, err := simulate.Run(sc, simulate.Options{Policies: o.policies, Context: ctx})
 		if err != nil {
 			return err
 		}

@@ -15,6 +15,7 @@
 package simulate
 
 import (
+	"context"
 	"fmt"
 	"hash/fnv"
 	"math"
@@ -61,6 +62,9 @@ type Options struct {
 	// Policies to replay; nil means all three, fleetrepair first.
 	// Checkpoints are evaluated on fleetrepair's run only.
 	Policies []string
+	// Context, when set, stops the replay early (Ctrl-C): Run then returns
+	// its error.
+	Context context.Context
 }
 
 // Run replays the scenario under each policy and evaluates its
@@ -87,7 +91,11 @@ func Run(sc *Scenario, opts Options) (*Result, error) {
 		if err != nil {
 			return nil, fmt.Errorf("run scenario %s: %w", sc.Name, err)
 		}
+		r.ctx = opts.Context
 		r.run()
+		if r.ctx != nil && r.ctx.Err() != nil {
+			return nil, fmt.Errorf("run scenario %s: %w", sc.Name, r.ctx.Err())
+		}
 		res.Nodes = len(r.nodes)
 		res.Duration = fmtOffset(r.end)
 		res.Policies = append(res.Policies, r.out)
@@ -221,6 +229,7 @@ const (
 )
 
 type replay struct {
+	ctx    context.Context // nil: runs to the end
 	sc     *Scenario
 	policy string
 	eng    *diagnose.Engine
@@ -330,6 +339,9 @@ func (r *replay) run() {
 	tick := r.sc.Parameters.Tick
 	oi := 0
 	for t := time.Duration(0); ; {
+		if r.ctx != nil && r.ctx.Err() != nil {
+			return
+		}
 		now := r.t0.Add(t)
 		r.join(t)
 		var checkpoints []occurrence

@@ -283,7 +283,54 @@ func Parse(data []byte) (*Scenario, error) {
 	if len(sc.Timeline) == 0 && len(sc.Background) == 0 {
 		return nil, fmt.Errorf("decode scenario %s: the timeline is empty", sc.Name)
 	}
+	if err := checkLimits(sc); err != nil {
+		return nil, fmt.Errorf("decode scenario %s: %w", sc.Name, err)
+	}
 	return sc, nil
+}
+
+// Limits keep a simulation within what one run on a small machine can do;
+// a scenario beyond them is refused before it starts (it would exhaust
+// memory or never end).
+const (
+	MaxNodes   = 200_000             // nodes in the fleet
+	MinTick    = time.Second         // parameters.tick
+	MinRepeat  = time.Second         // repeat_every
+	MaxHorizon = 90 * 24 * time.Hour // the last step's offset, and parameters.end
+	MaxTicks   = 2_000_000           // horizon / tick
+)
+
+func checkLimits(sc *Scenario) error {
+	nodes := 0
+	for _, p := range sc.Fleet.NodePools {
+		for _, n := range p.Zones {
+			nodes += n
+		}
+	}
+	if nodes > MaxNodes {
+		return fmt.Errorf("fleet: %d nodes, more than the simulator's limit of %d", nodes, MaxNodes)
+	}
+	if sc.Parameters.Tick < MinTick {
+		return fmt.Errorf("parameters.tick: %s is below the limit of %s", sc.Parameters.Tick, MinTick)
+	}
+	horizon := time.Duration(0)
+	for i, st := range sc.Timeline {
+		if st.At < 0 {
+			return fmt.Errorf("timeline[%d]: at %s is before t0", i, st.At)
+		}
+		if st.Repeat > 0 && st.Repeat < MinRepeat {
+			return fmt.Errorf("timeline[%d]: repeat_every %s is below the limit of %s", i, st.Repeat, MinRepeat)
+		}
+		horizon = max(horizon, st.Until)
+	}
+	horizon = max(horizon, sc.Parameters.End)
+	if horizon > MaxHorizon {
+		return fmt.Errorf("timeline: runs to %s, beyond the limit of %s", horizon, MaxHorizon)
+	}
+	if horizon/sc.Parameters.Tick > MaxTicks {
+		return fmt.Errorf("timeline: %s at a tick of %s is more than %d evaluations", horizon, sc.Parameters.Tick, MaxTicks)
+	}
+	return nil
 }
 
 // ParseExpected reads the `breaker` section of a case's expected.yaml; nil
@@ -607,6 +654,9 @@ func parseBackground(j json.RawMessage) (Background, error) {
 	}
 	if b.PerNodePerDay <= 0 || len(b.Findings) == 0 {
 		return b, errors.New("per_node_per_day > 0 and findings are required")
+	}
+	if b.PerNodePerDay > 1 {
+		return b, fmt.Errorf("per_node_per_day %g: a background failure rate above 1 per node per day is a wave, not background (limit 1)", b.PerNodePerDay)
 	}
 	var err error
 	if rb.Select != nil {
