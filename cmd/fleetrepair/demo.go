@@ -59,8 +59,18 @@ per node replaying kernel logs from the case corpus:
   gpu-a100-1  a GPU falls off the bus (c01: AER + Xid 79)   -> quarantined, replaced
   gpu-a100-2  application-class Xid 31 only (c10)            -> Events only
   gpu-a100-3, gpu-a100-4  quiet                              -> untouched
+  gpu-h100-1..7 in us-east-1c  zone outage at t+30s (c02)    -> the zone breaker trips,
+              their repairs wait for on-call approval; 17 other gpu-h100 nodes quiet
 
-It prints what happens as it happens and the API's URL.`,
+It prints what happens as it happens, the API's URL and the DEMO MODE operator
+token ("demo-admin") for on-call actions, e.g.
+
+  fleetrepair breakers list --server URL
+  fleetrepair breakers resume zone=us-east-1c --reason "AZ healthy" --token demo-admin --server URL
+
+With --exit-after-scenarios the demo plays on-call itself (it resumes the breaker
+once all seven repairs are held), checks every outcome and exits non-zero if one
+is wrong. Budgets in the demo: 20 deletions/h per cluster, 10/h per NodePool.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.toleration <= 0 || o.replaceDelay < 0 || o.timeout <= 0 {

@@ -174,7 +174,14 @@ func callAPI(ctx context.Context, method, u, token string, body []byte, v any) e
 	if resp.StatusCode != http.StatusOK {
 		var e api.ErrorBody
 		if json.Unmarshal(b, &e) == nil && e.Message != "" {
-			return fmt.Errorf("%s %s: %s: %s %s", method, u, resp.Status, e.Message, strings.Join(append([]string{e.Detail}, e.Validations...), "; "))
+			msg := e.Message
+			if e.Detail != "" {
+				msg += ": " + e.Detail
+			}
+			if len(e.Validations) > 0 {
+				msg += ": " + strings.Join(e.Validations, "; ")
+			}
+			return fmt.Errorf("%s %s: %s: %s", method, u, resp.Status, msg)
 		}
 		return fmt.Errorf("%s %s: %s", method, u, resp.Status)
 	}

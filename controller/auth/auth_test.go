@@ -3,6 +3,9 @@ package auth_test
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -130,3 +133,26 @@ func TestStaticToken(t *testing.T) {
 		t.Fatalf("wrong token: %v", err)
 	}
 }
+
+func TestLoadOperatorsErrors(t *testing.T) {
+	t.Parallel()
+	h := TokenHashForTest("t1")
+	for name, tc := range map[string]struct{ doc, want string }{
+		"bad role names the line":    {"- {name: a, role: admin, tokenSHA256: " + h + "}\n- {name: b, role: godmode, tokenSHA256: " + TokenHashForTest("t2") + "}\n", "line 2"},
+		"unknown key names the line": {"- {name: a, role: admin, tokenSHA256: " + h + ", colour: red}\n", "line 1"},
+		"empty file":                 {"", "no operators"},
+		"duplicate name":             {"- {name: a, role: admin, tokenSHA256: " + h + "}\n- {name: a, role: viewer, tokenSHA256: " + TokenHashForTest("t2") + "}\n", "name given twice"},
+		"short hash":                 {"- {name: a, role: admin, tokenSHA256: abc}\n", "64 hex"},
+	} {
+		p := filepath.Join(t.TempDir(), "operators.yaml")
+		if err := os.WriteFile(p, []byte(tc.doc), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := auth.LoadOperators(p); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err = %v, want it to contain %q", name, err, tc.want)
+		}
+	}
+}
+
+// TokenHashForTest is auth.TokenHash.
+func TokenHashForTest(s string) string { return auth.TokenHash(s) }

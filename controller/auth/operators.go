@@ -44,8 +44,15 @@ type Operators struct{ list []Operator }
 
 // NewOperators validates a list of operators.
 func NewOperators(list []Operator) (*Operators, error) {
-	seen := map[string]bool{}
+	if len(list) == 0 {
+		return nil, errors.New("no operators: nobody could approve, reject or resume anything")
+	}
+	seen, names := map[string]bool{}, map[string]bool{}
 	for i, o := range list {
+		if names[o.Name] {
+			return nil, fmt.Errorf("operators[%d] (%s): name given twice", i, o.Name)
+		}
+		names[o.Name] = true
 		switch {
 		case o.Name == "":
 			return nil, fmt.Errorf("operators[%d]: name required", i)
@@ -79,6 +86,14 @@ func LoadOperators(path string) (*Operators, error) {
 	}
 	ops, err := NewOperators(list)
 	if err != nil {
+		// Name the line of the offending entry.
+		var root yaml.Node
+		if yaml.Unmarshal(b, &root) == nil && len(root.Content) == 1 && root.Content[0].Kind == yaml.SequenceNode {
+			var i int
+			if _, serr := fmt.Sscanf(err.Error(), "operators[%d]", &i); serr == nil && i < len(root.Content[0].Content) {
+				return nil, fmt.Errorf("operators file %s: line %d: %w", path, root.Content[0].Content[i].Line, err)
+			}
+		}
 		return nil, fmt.Errorf("operators file %s: %w", path, err)
 	}
 	return ops, nil

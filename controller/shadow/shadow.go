@@ -358,7 +358,7 @@ func CheckRange(since, until time.Time, maxRange time.Duration) error {
 	case !since.Before(until):
 		return fmt.Errorf("shadow report: since %s must be before until %s: %w",
 			since.Format(time.RFC3339), until.Format(time.RFC3339), store.ErrInvalid)
-	case until.Sub(since) > maxRange:
+	case until.Sub(since) > maxRange+time.Minute: // a minute of slack: "--since 31d" resolved a moment before now
 		return fmt.Errorf("shadow report: range %s is longer than the maximum %s: %w",
 			until.Sub(since), maxRange, store.ErrInvalid)
 	}

@@ -101,6 +101,10 @@ func (s *server) breakerAction(kill bool) http.HandlerFunc {
 		}
 		if !kill && req.Cohort == "" {
 			problems = append(problems, `cohort: required (e.g. "zone=us-east-1a", or "fleet")`)
+		} else if !kill && req.Cohort != breaker.FleetScope {
+			if _, err := breaker.ParseCohort(req.Cohort); err != nil {
+				problems = append(problems, fmt.Sprintf("cohort: %v (want key=value, e.g. zone=us-east-1a, or %q)", err, breaker.FleetScope))
+			}
 		}
 		if len(problems) > 0 {
 			writeError(w, http.StatusBadRequest, "invalid request", "", problems)
