@@ -28,6 +28,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/fleetrepair/fleetrepair/controller/catalog"
+	"github.com/fleetrepair/fleetrepair/controller/diagnose"
 )
 
 // Override changes one reason's defaults. Zero fields keep the default.
@@ -196,4 +197,40 @@ func (p *Policy) Resolve(r catalog.Reason, nodePool string, recommended catalog.
 		}
 	}
 	return e
+}
+
+// ForDiagnosis resolves the policy for a diagnosis in a NodePool. A
+// positive tolerationOverride (demos, tests) replaces every toleration. A
+// reason missing from the catalog keeps the diagnosis's own values.
+func (p *Policy) ForDiagnosis(cat *catalog.Catalog, d diagnose.Diagnosis, nodePool string, tolerationOverride time.Duration) Effective {
+	e := Effective{Toleration: d.Toleration(), Action: d.Action}
+	if reason, ok := cat.Lookup(d.Reason); ok {
+		e = p.Resolve(reason, nodePool, d.Action)
+	}
+	if tolerationOverride > 0 {
+		e.Toleration = tolerationOverride
+	}
+	return e
+}
+
+// Apply turns condition diagnoses whose reason the policy disables into
+// events (no condition, no taint, no repair) and keeps the live conditions
+// first, so the headline is one of them.
+func (p *Policy) Apply(cat *catalog.Catalog, ds []diagnose.Diagnosis, nodePool string) []diagnose.Diagnosis {
+	if p == nil {
+		return ds
+	}
+	var cond, rest []diagnose.Diagnosis
+	for _, d := range ds {
+		if d.Severity == catalog.SeverityCondition && p.ForDiagnosis(cat, d, nodePool, 0).Disabled {
+			d.Severity, d.ConditionType = catalog.SeverityEvent, ""
+			d.Message += " (repair disabled by policy)"
+		}
+		if d.Severity == catalog.SeverityCondition {
+			cond = append(cond, d)
+		} else {
+			rest = append(rest, d)
+		}
+	}
+	return append(cond, rest...)
 }

@@ -468,36 +468,12 @@ func (r *Reconciler) recordDiagnoses(ctx context.Context, k *kube.Cluster, bootI
 
 // effective resolves the policy for a diagnosis in a NodePool.
 func (r *Reconciler) effective(d diagnose.Diagnosis, nodePool string) policy.Effective {
-	reason, ok := r.cfg.Engine.Catalog().Lookup(d.Reason)
-	if !ok {
-		return policy.Effective{Toleration: d.Toleration(), Action: d.Action}
-	}
-	e := r.cfg.Policy.Resolve(reason, nodePool, d.Action)
-	if r.cfg.Toleration > 0 {
-		e.Toleration = r.cfg.Toleration
-	}
-	return e
+	return r.cfg.Policy.ForDiagnosis(r.cfg.Engine.Catalog(), d, nodePool, r.cfg.Toleration)
 }
 
-// applyPolicy turns condition diagnoses whose reason the policy disables
-// into events, and re-sorts so the headline is a live condition.
+// applyPolicy turns disabled reasons' conditions into events (policy.Apply).
 func (r *Reconciler) applyPolicy(ds []diagnose.Diagnosis, nodePool string) []diagnose.Diagnosis {
-	if r.cfg.Policy == nil {
-		return ds
-	}
-	var cond, rest []diagnose.Diagnosis
-	for _, d := range ds {
-		if d.Severity == catalog.SeverityCondition && r.effective(d, nodePool).Disabled {
-			d.Severity, d.ConditionType = catalog.SeverityEvent, ""
-			d.Message += " (repair disabled by policy)"
-		}
-		if d.Severity == catalog.SeverityCondition {
-			cond = append(cond, d)
-		} else {
-			rest = append(rest, d)
-		}
-	}
-	return append(cond, rest...)
+	return r.cfg.Policy.Apply(r.cfg.Engine.Catalog(), ds, nodePool)
 }
 
 // unhealthy handles a node whose headline diagnosis has condition severity.

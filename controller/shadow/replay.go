@@ -659,38 +659,14 @@ func (r *replay) counts(reason string) *ReasonCounts {
 	return c
 }
 
-// effective is repair's policy resolution for a diagnosis in a NodePool.
+// effective resolves the policy for a diagnosis in a NodePool.
 func (r *replay) effective(d diagnose.Diagnosis, nodePool string) policy.Effective {
-	reason, ok := r.cfg.Engine.Catalog().Lookup(d.Reason)
-	if !ok {
-		return policy.Effective{Toleration: d.Toleration(), Action: d.Action}
-	}
-	e := r.cfg.Policy.Resolve(reason, nodePool, d.Action)
-	if r.cfg.Toleration > 0 {
-		e.Toleration = r.cfg.Toleration
-	}
-	return e
+	return r.cfg.Policy.ForDiagnosis(r.cfg.Engine.Catalog(), d, nodePool, r.cfg.Toleration)
 }
 
-// applyPolicy is repair's: condition diagnoses of a reason the policy
-// disables become events, and conditions stay first.
+// applyPolicy turns disabled reasons' conditions into events (policy.Apply).
 func (r *replay) applyPolicy(ds []diagnose.Diagnosis, nodePool string) []diagnose.Diagnosis {
-	if r.cfg.Policy == nil {
-		return ds
-	}
-	var cond, rest []diagnose.Diagnosis
-	for _, d := range ds {
-		if d.Severity == catalog.SeverityCondition && r.effective(d, nodePool).Disabled {
-			d.Severity, d.ConditionType = catalog.SeverityEvent, ""
-			d.Message += " (repair disabled by policy)"
-		}
-		if d.Severity == catalog.SeverityCondition {
-			cond = append(cond, d)
-		} else {
-			rest = append(rest, d)
-		}
-	}
-	return append(cond, rest...)
+	return r.cfg.Policy.Apply(r.cfg.Engine.Catalog(), ds, nodePool)
 }
 
 func (r *replay) finish() {
