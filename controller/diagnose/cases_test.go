@@ -27,6 +27,7 @@ type expectedCase struct {
 		Severity   string   `json:"severity"`
 		FaultClass string   `json:"fault_class"`
 		Action     string   `json:"action"`
+		Urgency    string   `json:"urgency"`
 		EscalateTo string   `json:"escalate_to"`
 		MustNot    []string `json:"must_not"`
 	} `json:"diagnosis"`
@@ -136,6 +137,9 @@ func TestCases(t *testing.T) {
 			}
 			if got != want {
 				t.Fatalf("headline = %s (%s), want %s\nall: %+v", got, h.Reason, want, ds)
+			}
+			if u := c.Diagnosis.Urgency; u != "" && h.Urgency != u {
+				t.Errorf("urgency = %q (%s), want %q", h.Urgency, h.Reason, u)
 			}
 			conditions := 0
 			for _, d := range ds {

@@ -596,11 +596,28 @@ func (e *Engine) toDiagnosis(in Input, inc *incident, hist map[string]map[string
 			d.Action, d.Escalated = r.EscalateTo, true
 		}
 	}
+	if r.Code == catalog.ReasonNVLinkError && partialNVLink(inc) {
+		// Some links of one GPU down: single-GPU work still runs, so the
+		// reboot waits for the next drain window (c13); all links down or
+		// channels torn down by an NVLink error stay immediate (c04).
+		d.Urgency = "drain-window"
+	}
 	d.Message = fmt.Sprintf("%s: %s", r.Code, r.Description)
 	if why != "" {
 		d.Message += " Escalated to " + string(d.Action) + ": " + why + "."
 	}
 	return d
+}
+
+// partialNVLink reports whether an NVLink incident rests only on links
+// reported inactive on some, not all, links.
+func partialNVLink(inc *incident) bool {
+	for _, sg := range inc.signals {
+		if sg.f.Detector != finding.DetectorNVLinkInactive || sg.f.Attr(finding.AttrScope) == "all-links" {
+			return false
+		}
+	}
+	return len(inc.signals) > 0
 }
 
 // nodeLevelKey reports whether an incident key is node-level.
