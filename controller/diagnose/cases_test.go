@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 
 	"github.com/fleetrepair/fleetrepair/agent/finding"
 	"github.com/fleetrepair/fleetrepair/controller/diagnose"
+	"github.com/fleetrepair/fleetrepair/controller/simulate"
 )
 
 const casesDir = "../../test/fixtures/cases"
@@ -60,49 +60,18 @@ func loadCases(t *testing.T) []expectedCase {
 	return out
 }
 
-// toFinding converts an expected finding (snake_case keys as in
-// expected.yaml) into the wire type; keys other than the Finding fields
-// become attributes.
+// toFinding converts an expected finding into the wire type (the corpus
+// rules, shared with the simulator) for node-a1.
 func toFinding(t *testing.T, caseID string, i int, m map[string]any) finding.Finding {
 	t.Helper()
-	f := finding.Finding{Count: 1, Attrs: map[string]string{}, Node: "node-a1"}
-	for k, v := range m {
-		switch k {
-		case "detector":
-			f.Detector = fmt.Sprint(v)
-		case "gpu_pci":
-			if v != nil {
-				f.GPUPCI = fmt.Sprint(v)
-			}
-		case "device_pci":
-			f.DevicePCI = fmt.Sprint(v)
-		case "xid":
-			f.Xid = int(v.(float64))
-		case "count":
-			f.Count = int(v.(float64))
-		default:
-			f.Attrs[k] = attrString(v)
-		}
+	f := simulate.FindingFromSpec(m)
+	f.Node = "node-a1"
+	if f.Attrs == nil {
+		f.Attrs = map[string]string{}
 	}
 	f.Evidence = []string{fmt.Sprintf("%s finding %d", caseID, i)}
 	f.ID = finding.NewID(f)
 	return f
-}
-
-func attrString(v any) string {
-	switch x := v.(type) {
-	case nil:
-		return ""
-	case float64:
-		return fmt.Sprint(x)
-	case []any:
-		parts := make([]string, len(x))
-		for i, e := range x {
-			parts[i] = fmt.Sprint(e)
-		}
-		return strings.Join(parts, ",")
-	}
-	return fmt.Sprint(v)
 }
 
 // TestCases runs every controller-side case of the corpus: the expected

@@ -498,10 +498,12 @@ func hardwareClass(c string) bool {
 	return false
 }
 
-// toFinding turns a scenario finding (keys as in expected.yaml) into the
-// wire type.
-func toFinding(spec map[string]any, node, boot string, at time.Time, seq uint64) finding.Finding {
-	f := finding.Finding{Node: node, BootID: boot, Time: at, Seq: seq, Count: 1}
+// FindingFromSpec turns a finding as the case corpus writes it (keys as in
+// expected.yaml: detector, gpu_pci, device_pci, xid, count, and any other
+// key as an attribute; lists comma-joined) into the wire type, without
+// node, boot, time, evidence or ID.
+func FindingFromSpec(spec map[string]any) finding.Finding {
+	f := finding.Finding{Count: 1}
 	for k, v := range spec {
 		switch k {
 		case "detector":
@@ -524,13 +526,33 @@ func toFinding(spec map[string]any, node, boot string, at time.Time, seq uint64)
 			if f.Attrs == nil {
 				f.Attrs = map[string]string{}
 			}
-			s, err := scalar(v)
-			if err != nil {
-				s = fmt.Sprint(v)
-			}
-			f.Attrs[k] = s
+			f.Attrs[k] = attrValue(v)
 		}
 	}
+	return f
+}
+
+// attrValue renders a spec value the way attributes travel: strings,
+// numbers without decimals, lists comma-joined.
+func attrValue(v any) string {
+	if l, ok := v.([]any); ok {
+		parts := make([]string, len(l))
+		for i, e := range l {
+			parts[i] = attrValue(e)
+		}
+		return strings.Join(parts, ",")
+	}
+	s, err := scalar(v)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return s
+}
+
+// toFinding turns a scenario finding into the wire type for one node.
+func toFinding(spec map[string]any, node, boot string, at time.Time, seq uint64) finding.Finding {
+	f := FindingFromSpec(spec)
+	f.Node, f.BootID, f.Time, f.Seq = node, boot, at, seq
 	f.Evidence = []string{fmt.Sprintf("simulated %s finding %d", f.Detector, seq)}
 	f.ID = finding.NewID(f)
 	return f
