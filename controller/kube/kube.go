@@ -322,19 +322,3 @@ func (k *Cluster) NodeClaimGone(ctx context.Context, name string, uid types.UID)
 	}
 	return nc.UID != uid, nil
 }
-
-// NodeNames lists the names of the cluster's Nodes whose conditions satisfy
-// match (every Node when match is nil).
-func (k *Cluster) NodeNames(ctx context.Context, match func([]corev1.NodeCondition) bool) ([]string, error) {
-	var list corev1.NodeList
-	if err := k.c.List(ctx, &list); err != nil {
-		return nil, fmt.Errorf("list nodes: %w", err)
-	}
-	var out []string
-	for i := range list.Items {
-		if match == nil || match(list.Items[i].Status.Conditions) {
-			out = append(out, list.Items[i].Name)
-		}
-	}
-	return out, nil
-}

@@ -451,19 +451,21 @@ func testFinalizerHolds(t *testing.T, env *envtest.Env) {
 		repl.NodeClaim != reps[0].NewNodeClaim || repl.NodeClaimUID == "" {
 		t.Fatalf("replacement = %+v, %v", repl, err)
 	}
-	names, err := k.NodeNames(ctx, func(cs []corev1.NodeCondition) bool { return len(cs) > 0 })
+	nodes, err := k.Nodes(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
+	var names []string
 	found := false
-	for _, n := range names {
-		found = found || n == reps[0].NewNode
-		if n == "fin-1" {
-			t.Fatalf("NodeNames lists the removed node: %v", names)
+	for _, n := range nodes {
+		names = append(names, n.Name)
+		found = found || n.Name == reps[0].NewNode && len(n.Conditions) > 0
+		if n.Name == "fin-1" {
+			t.Fatalf("Nodes lists the removed node: %v", names)
 		}
 	}
 	if !found {
-		t.Fatalf("NodeNames = %v, want the replacement %s", names, reps[0].NewNode)
+		t.Fatalf("Nodes = %v, want the replacement %s with its conditions", names, reps[0].NewNode)
 	}
 }
 

@@ -76,8 +76,13 @@ func (r *Reconciler) loadBreakers(ctx context.Context) (breaker.State, int64, er
 }
 
 // EvaluateBreakers runs one evaluation over the fleet and saves it; the
-// periodic pass calls it first.
+// periodic pass does the same first, on the Node lists it shares.
 func (r *Reconciler) EvaluateBreakers(ctx context.Context) error {
+	return r.evaluateBreakers(ctx, r.listFleet(ctx))
+}
+
+// evaluateBreakers evaluates over fleet, each cluster's Nodes.
+func (r *Reconciler) evaluateBreakers(ctx context.Context, fleet map[string][]kube.NodeInfo) error {
 	r.mu.Lock()
 	r.released = 0 // a new pass: DrainPerPass more held repairs may go
 	r.mu.Unlock()
@@ -94,11 +99,7 @@ func (r *Reconciler) EvaluateBreakers(ctx context.Context) error {
 		byName[n.Cluster+"/"+n.Name] = n
 	}
 	var bn []breaker.Node
-	for name, k := range r.cfg.Clusters {
-		infos, err := k.Nodes(ctx)
-		if err != nil {
-			continue // an unreachable cluster's nodes are unknown; observe() records it
-		}
+	for name, infos := range fleet {
 		for _, info := range infos {
 			bn = append(bn, r.breakerNode(name, info, byName[name+"/"+info.Name]))
 		}

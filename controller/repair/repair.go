@@ -249,8 +249,11 @@ func (r *Reconciler) SetLeading(cluster string, leading bool) {
 func (r *Reconciler) leads(cluster string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.leading == nil || r.leading[cluster]
+	return r.leadsLocked(cluster)
 }
+
+// leadsLocked is leads with r.mu held.
+func (r *Reconciler) leadsLocked(cluster string) bool { return r.leading == nil || r.leading[cluster] }
 
 // Trigger asks for the node to be reconciled soon. It never blocks; several
 // triggers of one node before the worker runs coalesce into one pass.
@@ -287,10 +290,11 @@ func (r *Reconciler) Run(ctx context.Context) error {
 // windows expire and deletions complete without new findings, and every
 // node on which another agent reports a problem condition (interop).
 func (r *Reconciler) enqueueOpen(ctx context.Context) {
-	if err := r.EvaluateBreakers(ctx); err != nil {
+	fleet := r.listFleet(ctx) // one Node list per cluster for the whole pass
+	if err := r.evaluateBreakers(ctx, fleet); err != nil {
 		r.log.ErrorContext(ctx, "evaluate breakers", "err", err)
 	}
-	if err := r.verifyReplacements(ctx); err != nil {
+	if err := r.verifyReplacements(ctx, fleet); err != nil {
 		r.log.ErrorContext(ctx, "verify replacements", "err", err)
 	}
 	open, err := r.cfg.Store.RepairsInState(ctx, ledger.OpenStates()...)
@@ -299,33 +303,42 @@ func (r *Reconciler) enqueueOpen(ctx context.Context) {
 		return
 	}
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	for k := range r.failed {
 		r.pending[k] = true
 	}
-	r.mu.Unlock()
 	for _, rp := range open {
-		if r.leads(rp.Cluster) {
-			r.mu.Lock()
+		if r.leadsLocked(rp.Cluster) {
 			r.pending[nodeKey{rp.Cluster, rp.Node}] = true
-			r.mu.Unlock()
 		}
 	}
-	for name, k := range r.cfg.Clusters {
-		nodes, err := k.NodeNames(ctx, anyForeignProblem)
-		r.observe(name, err) // also the reachability probe of every cluster
-		if !r.leads(name) {
+	for name, nodes := range fleet {
+		if !r.leadsLocked(name) {
 			continue
 		}
+		for _, n := range nodes {
+			if anyForeignProblem(n.Conditions) {
+				r.pending[nodeKey{name, n.Name}] = true
+			}
+		}
+	}
+}
+
+// listFleet lists every reachable cluster's Nodes once; it is also the
+// reachability probe of every cluster. An unreachable cluster is absent
+// from the result (its nodes are unknown).
+func (r *Reconciler) listFleet(ctx context.Context) map[string][]kube.NodeInfo {
+	out := make(map[string][]kube.NodeInfo, len(r.cfg.Clusters))
+	for name, k := range r.cfg.Clusters {
+		nodes, err := k.Nodes(ctx)
+		r.observe(name, err)
 		if err != nil {
 			r.log.ErrorContext(ctx, "list nodes", "cluster", name, "err", err)
 			continue
 		}
-		r.mu.Lock()
-		for _, n := range nodes {
-			r.pending[nodeKey{name, n}] = true
-		}
-		r.mu.Unlock()
+		out[name] = nodes
 	}
+	return out
 }
 
 func (r *Reconciler) drain(ctx context.Context) {
@@ -363,7 +376,9 @@ func (r *Reconciler) drain(ctx context.Context) {
 }
 
 // VerifyReplacements runs the replacement verification of the periodic pass.
-func (r *Reconciler) VerifyReplacements(ctx context.Context) error { return r.verifyReplacements(ctx) }
+func (r *Reconciler) VerifyReplacements(ctx context.Context) error {
+	return r.verifyReplacements(ctx, r.listFleet(ctx))
+}
 
 // ReconcileNode brings one node's diagnoses, Kubernetes state and repair up
 // to date with its findings. It is idempotent. Errors are returned wrapped;

@@ -25,7 +25,7 @@ import (
 const DefaultVerifyTimeout = 15 * time.Minute
 
 // verifyReplacements checks every recently replaced repair not verified yet.
-func (r *Reconciler) verifyReplacements(ctx context.Context) error {
+func (r *Reconciler) verifyReplacements(ctx context.Context, fleet map[string][]kube.NodeInfo) error {
 	now := r.cfg.Now()
 	rs, err := r.cfg.Store.RepairsInState(ctx, ledger.Replaced)
 	if err != nil {
@@ -45,18 +45,18 @@ func (r *Reconciler) verifyReplacements(ctx context.Context) error {
 	}
 	sort.Slice(todo, func(i, j int) bool { return todo[i].ClosedAt.Before(todo[j].ClosedAt) })
 	for _, rp := range todo {
-		k := r.cfg.Clusters[rp.Cluster]
-		if k == nil || !r.leads(rp.Cluster) {
+		nodes, reachable := fleet[rp.Cluster]
+		if !reachable || !r.leads(rp.Cluster) {
 			continue
 		}
-		if err := r.verify(ctx, k, rp, taken, now); err != nil {
+		if err := r.verify(ctx, nodes, rp, taken, now); err != nil {
 			r.log.ErrorContext(ctx, "verify replacement", "cluster", rp.Cluster, "repair", rp.ID, "err", err)
 		}
 	}
 	return nil
 }
 
-func (r *Reconciler) verify(ctx context.Context, k *kube.Cluster, rp store.Repair, taken map[string]bool, now time.Time) error {
+func (r *Reconciler) verify(ctx context.Context, nodes []kube.NodeInfo, rp store.Repair, taken map[string]bool, now time.Time) error {
 	audit, err := r.cfg.Store.RepairAudit(ctx, rp.ID)
 	if err != nil {
 		return err
@@ -66,11 +66,6 @@ func (r *Reconciler) verify(ctx context.Context, k *kube.Cluster, rp store.Repai
 		if a.To == ledger.Deleting {
 			started = a.At
 		}
-	}
-	nodes, err := k.Nodes(ctx)
-	r.observe(rp.Cluster, err)
-	if err != nil {
-		return err
 	}
 	var cand *kube.NodeInfo
 	for i := range nodes {

@@ -184,7 +184,7 @@ func testRepairAsController(t *testing.T, env *envtest.Env, sim *karpentersim.Si
 
 	// The controller's remaining reads: every node (the interop scan) and
 	// the NodePools, listed and watched.
-	if _, err := k.NodeNames(ctx, nil); err != nil {
+	if _, err := k.Nodes(ctx); err != nil {
 		t.Fatal(err)
 	}
 	var pools karpv1.NodePoolList
