@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/fleetrepair/fleetrepair/controller/breaker"
 	"github.com/fleetrepair/fleetrepair/controller/kube"
@@ -178,11 +179,33 @@ func (r *Reconciler) breakerGuard(node heldNode, humanApproved bool) store.Delet
 		if r.cfg.Breaker == nil || humanApproved {
 			return nil
 		}
+		if err := r.fresh(st); err != nil {
+			return err
+		}
 		if ok, why := breaker.Allows(st, r.breakerNode(node.cluster, node.info, node.agent)); !ok {
 			return fmt.Errorf("%s: %w", why, ErrHeldByBreaker)
 		}
 		return nil
 	}
+}
+
+// ErrBreakerStale is returned by the deletion guard when the saved breaker
+// state is older than Config.MaxBreakerAge (or was never evaluated): the
+// deletion is refused and retried after the next evaluation.
+var ErrBreakerStale = errors.New("breaker state too old to decide on")
+
+// fresh returns an ErrBreakerStale error unless st was evaluated within
+// MaxBreakerAge of now.
+func (r *Reconciler) fresh(st breaker.State) error {
+	now := r.cfg.Now()
+	if st.EvaluatedAt.IsZero() {
+		return fmt.Errorf("breakers not evaluated yet: %w", ErrBreakerStale)
+	}
+	if age := now.Sub(st.EvaluatedAt); age > r.cfg.MaxBreakerAge {
+		return fmt.Errorf("breakers last evaluated %s ago (at %s), bound %s: %w", age.Round(time.Millisecond),
+			st.EvaluatedAt.Format(time.RFC3339), r.cfg.MaxBreakerAge, ErrBreakerStale)
+	}
+	return nil
 }
 
 // breakerAllows reports whether the breakers let the node's repair proceed

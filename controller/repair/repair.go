@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
@@ -52,8 +53,14 @@ type Config struct {
 	// days): older faults of earlier boots no longer escalate. Findings of
 	// the current boot always count.
 	Lookback time.Duration
-	// Resync is the period of the full pass over open repairs (default 10s).
+	// Resync is the period of the full pass over open repairs, which
+	// evaluates the breakers first (default 10s).
 	Resync time.Duration
+	// MaxBreakerAge is the oldest breaker evaluation the deletion guard acts
+	// on (default 3 x Resync, at least 30s): an older one is refused and
+	// retried, so a stalled periodic pass never lets a deletion through on
+	// stale evidence.
+	MaxBreakerAge time.Duration
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 	Log *slog.Logger
@@ -93,6 +100,8 @@ type Reconciler struct {
 	// retries them even without new findings or an open repair.
 	failed map[nodeKey]bool
 	wake   chan struct{}
+	// evaluate asks the periodic pass to run now (EvaluateSoon).
+	evaluate chan struct{}
 	// leading is nil when leader election is off (every cluster is ours);
 	// else the clusters whose Lease this replica holds.
 	leading map[string]bool
@@ -123,14 +132,17 @@ func New(cfg Config) (*Reconciler, error) {
 	if cfg.Resync == 0 {
 		cfg.Resync = 10 * time.Second
 	}
+	if cfg.MaxBreakerAge == 0 {
+		cfg.MaxBreakerAge = max(3*cfg.Resync, 30*time.Second)
+	}
 	if cfg.DrainPerPass == 0 {
 		cfg.DrainPerPass = 1
 	}
 	if cfg.ApprovalTTL == 0 {
 		cfg.ApprovalTTL = 24 * time.Hour
 	}
-	if cfg.Resync < 0 || cfg.Toleration < 0 || cfg.Lookback < 0 {
-		return nil, errors.New("new reconciler: Resync, Toleration and Lookback must not be negative")
+	if cfg.Resync < 0 || cfg.Toleration < 0 || cfg.Lookback < 0 || cfg.MaxBreakerAge < 0 {
+		return nil, errors.New("new reconciler: Resync, Toleration, Lookback and MaxBreakerAge must not be negative")
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -138,7 +150,7 @@ func New(cfg Config) (*Reconciler, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	r := &Reconciler{cfg: cfg, log: cfg.Log, pending: map[nodeKey]bool{}, wake: make(chan struct{}, 1),
+	r := &Reconciler{cfg: cfg, log: cfg.Log, pending: map[nodeKey]bool{}, wake: make(chan struct{}, 1), evaluate: make(chan struct{}, 1),
 		reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fleetrepair_reconcile_total",
 			Help: "Node reconciliations by result (ok, error)."}, []string{"result"}),
 		deletions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fleetrepair_nodeclaim_deletions_total",
@@ -267,22 +279,52 @@ func (r *Reconciler) Trigger(cluster, node string) {
 	}
 }
 
-// Run reconciles triggered nodes as they come, and every Resync all nodes
-// with an open repair, until ctx ends. It returns nil on cancellation.
+// Run reconciles triggered nodes as they come and, on its own schedule,
+// runs the periodic pass (breaker evaluation, replacement checks, every
+// open repair re-enqueued) every Resync and whenever a new condition
+// diagnosis asks for a breaker evaluation (EvaluateSoon), until ctx ends.
+// It returns nil on cancellation.
+//
+// The two loops are independent on purpose: a fleet whose heartbeats keep
+// the trigger set full must never keep the breakers from being evaluated
+// (issue 9: on 1,000 heartbeating nodes the pass never ran and a zone
+// wave's NodeClaims were deleted). The deletion guard also refuses a
+// breaker state older than MaxBreakerAge, so even a stalled pass cannot
+// let a deletion through on stale evidence.
 func (r *Reconciler) Run(ctx context.Context) error {
-	t := time.NewTicker(r.cfg.Resync)
-	defer t.Stop()
-	r.enqueueOpen(ctx)
-	r.drain(ctx)
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-r.wake:
-		case <-t.C:
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		t := time.NewTicker(r.cfg.Resync)
+		defer t.Stop()
+		for {
 			r.enqueueOpen(ctx)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-t.C:
+			case <-r.evaluate:
+			}
 		}
-		r.drain(ctx)
+	})
+	g.Go(func() error {
+		for {
+			r.drain(ctx)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-r.wake:
+			}
+		}
+	})
+	return g.Wait()
+}
+
+// EvaluateSoon asks the periodic pass to run now (breaker evaluation
+// first). It never blocks; requests coalesce.
+func (r *Reconciler) EvaluateSoon() {
+	select {
+	case r.evaluate <- struct{}{}:
+	default:
 	}
 }
 
@@ -513,6 +555,7 @@ func (r *Reconciler) unhealthy(ctx context.Context, k *kube.Cluster, info kube.N
 			return fmt.Errorf("open repair on %s/%s: %w", k.Name(), node, err)
 		}
 		if created {
+			r.EvaluateSoon() // a new condition diagnosis: the breakers see it before any deletion
 			r.log.InfoContext(ctx, "repair opened", "cluster", k.Name(), "node", node, "repair", rp.ID,
 				"reason", head.Reason, "action", head.Action, "toleration", tol)
 		}
@@ -655,6 +698,10 @@ func (r *Reconciler) execute(ctx context.Context, k *kube.Cluster, sn heldNode, 
 	case errors.Is(err, ErrMinHealthy):
 		r.log.WarnContext(ctx, "repair held by the NodePool's minimum healthy count", "cluster", rp.Cluster, "node", rp.Node, "repair", rp.ID, "err", err)
 		return rp, nil // retried on the next pass
+	case errors.Is(err, ErrBreakerStale):
+		r.log.WarnContext(ctx, "repair waits for a fresh breaker evaluation", "cluster", rp.Cluster, "node", rp.Node, "repair", rp.ID, "err", err)
+		r.EvaluateSoon()
+		return rp, nil // retried once the breakers are evaluated again
 	case errors.Is(err, ErrKillSwitch):
 		r.log.WarnContext(ctx, "repair held by the kill switch", "cluster", rp.Cluster, "node", rp.Node, "repair", rp.ID)
 		return rp, nil // stays approved; goes on when the kill switch is off
