@@ -29,8 +29,8 @@ func BenchmarkIngestReport(b *testing.B) {
 			r.Findings[j] = f
 		}
 		n, err := s.IngestReport(ctx, r, t0.Add(time.Duration(i)*time.Second))
-		if err != nil || n != batch {
-			b.Fatalf("ingest: %d, %v", n, err)
+		if err != nil || n.Inserted != batch {
+			b.Fatalf("ingest: %+v, %v", n, err)
 		}
 		i++
 	}

@@ -43,18 +43,23 @@ func TestIngestReportIdempotent(t *testing.T) {
 	s := open(t)
 	r := report("c1", "n1", "boot-a", 100, t0)
 
-	n, err := s.IngestReport(ctx, r, t0.Add(time.Minute))
-	if err != nil || n != 100 {
-		t.Fatalf("first ingest: %d, %v; want 100 new", n, err)
+	res, err := s.IngestReport(ctx, r, t0.Add(time.Minute))
+	if err != nil || res.Inserted != 100 || !res.Changed {
+		t.Fatalf("first ingest: %+v, %v; want 100 new, node changed", res, err)
 	}
-	n, err = s.IngestReport(ctx, r, t0.Add(2*time.Minute))
-	if err != nil || n != 0 {
-		t.Fatalf("same report again: %d, %v; want 0 new", n, err)
+	res, err = s.IngestReport(ctx, r, t0.Add(2*time.Minute))
+	if err != nil || res.Inserted != 0 || res.Changed {
+		t.Fatalf("same report again: %+v, %v; want 0 new, nothing changed", res, err)
 	}
 	// A report overlapping the first: only the new findings count.
 	r2 := report("c1", "n1", "boot-a", 110, t0)
-	if n, err = s.IngestReport(ctx, r2, t0.Add(3*time.Minute)); err != nil || n != 10 {
-		t.Fatalf("overlapping report: %d, %v; want 10 new", n, err)
+	if res, err = s.IngestReport(ctx, r2, t0.Add(3*time.Minute)); err != nil || res.Inserted != 10 {
+		t.Fatalf("overlapping report: %+v, %v; want 10 new", res, err)
+	}
+	// Resent two days later (the agent was cut off meanwhile): still
+	// recognised, across partitions.
+	if res, err = s.IngestReport(ctx, r2, t0.Add(50*time.Hour)); err != nil || res.Inserted != 0 {
+		t.Fatalf("resent two days later: %+v, %v; want 0 new", res, err)
 	}
 
 	got, err := s.FindingsForNode(ctx, "c1", "n1", time.Time{}, 0)
@@ -76,7 +81,7 @@ func TestIngestReportIdempotent(t *testing.T) {
 		t.Fatal(err)
 	}
 	if node.BootID != "boot-a" || node.DriverVersion != "570.133.20" || node.KernelVersion != "6.8.0" ||
-		node.AgentVersion != "v0.1.0" || !node.LastSeen.Equal(t0.Add(3*time.Minute)) ||
+		node.AgentVersion != "v0.1.0" || !node.LastSeen.Equal(t0.Add(50*time.Hour)) ||
 		node.Heartbeat == nil || node.Heartbeat.GPUCount != 8 || len(node.Heartbeat.Monitors) != 1 {
 		t.Fatalf("node after ingest: %+v", node)
 	}
@@ -147,8 +152,8 @@ func TestIngestReportOutOfOrder(t *testing.T) {
 	// A retried report from the previous boot arrives later: its findings
 	// are stored, last_seen moves, but boot ID and heartbeat stay.
 	older := report("c1", "n1", "boot-a", 3, t0)
-	if n, err := s.IngestReport(ctx, older, t0.Add(2*time.Hour)); err != nil || n != 3 {
-		t.Fatalf("older report: %d, %v", n, err)
+	if res, err := s.IngestReport(ctx, older, t0.Add(2*time.Hour)); err != nil || res.Inserted != 3 {
+		t.Fatalf("older report: %+v, %v", res, err)
 	}
 	n, err := s.GetNode(ctx, "c1", "n1")
 	if err != nil {
@@ -213,7 +218,7 @@ func TestFindingsQueries(t *testing.T) {
 		t.Errorf("other node: %d findings", len(got))
 	}
 
-	byID, err := s.FindingsByIDs(ctx, "c1", []string{want[4], "missing", want[0]})
+	byID, err := s.FindingsByIDs(ctx, "c1", "n1", []string{want[4], "missing", want[0]})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,9 +292,9 @@ func TestFindingIDsAreScopedByCluster(t *testing.T) {
 	ctx := context.Background()
 	s := open(t)
 	for _, c := range []string{"east", "west"} {
-		n, err := s.IngestReport(ctx, report(c, "gpu-1", "boot-1", 3, t0), t0)
-		if err != nil || n != 3 {
-			t.Fatalf("ingest %s: inserted %d, %v; want 3", c, n, err)
+		res, err := s.IngestReport(ctx, report(c, "gpu-1", "boot-1", 3, t0), t0)
+		if err != nil || res.Inserted != 3 {
+			t.Fatalf("ingest %s: %+v, %v; want 3 inserted", c, res, err)
 		}
 	}
 	for _, c := range []string{"east", "west"} {

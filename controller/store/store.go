@@ -10,8 +10,10 @@
 //   - Errors are translated at this edge: ErrNotFound (no such row),
 //     ErrConflict (a unique key or a compare-and-set lost to another writer,
 //     or a serialization failure: re-read and retry), ErrInvalid (a row the
-//     schema refuses) and ErrBudgetExceeded (a *BudgetExceededError). Other
-//     errors are infrastructure failures. All are wrapped "verb noun: %w".
+//     schema refuses), ErrBudgetExceeded (a *BudgetExceededError) and
+//     ErrUnavailable (the database cannot be reached or is overloaded: retry
+//     later). Other errors are infrastructure failures. All are wrapped
+//     "verb noun: %w".
 //   - Every repair state change is checked with ledger.Check and writes its
 //     audit entry in the same transaction.
 package store
@@ -20,7 +22,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -87,6 +92,11 @@ var (
 	// ErrBudgetExceeded: a deletion budget of the cluster is spent; the error
 	// is a *BudgetExceededError carrying the numbers.
 	ErrBudgetExceeded = errors.New("repair budget exceeded")
+	// ErrUnavailable: the database could not be reached or could not serve
+	// the request in time (connection refused or lost, server shutting down
+	// or starting, too many connections, out of resources, statement
+	// timeout, the caller's deadline). Nothing was written; retry later.
+	ErrUnavailable = errors.New("database unavailable")
 )
 
 // dbError is a database error classified as one of the sentinel errors; it
@@ -108,6 +118,9 @@ func translate(err error) error {
 	if errors.Is(err, pgx.ErrNoRows) {
 		return &dbError{kind: ErrNotFound, err: err}
 	}
+	if unavailable(err) {
+		return &dbError{kind: ErrUnavailable, err: err}
+	}
 	var pg *pgconn.PgError
 	if errors.As(err, &pg) {
 		switch {
@@ -121,6 +134,23 @@ func translate(err error) error {
 		}
 	}
 	return err
+}
+
+// unavailable tells whether err means the database could not serve the
+// request now (as opposed to refusing it): see ErrUnavailable.
+func unavailable(err error) bool {
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) {
+		return strings.HasPrefix(pg.Code, "08") || // connection exception
+			strings.HasPrefix(pg.Code, "53") || // insufficient resources (too many connections, disk full, out of memory)
+			pg.Code == "57P01" || pg.Code == "57P02" || pg.Code == "57P03" || // admin/crash shutdown, cannot connect now
+			pg.Code == "57014" // query_canceled: statement_timeout
+	}
+	var connect *pgconn.ConnectError
+	var netErr net.Error
+	return errors.As(err, &connect) || errors.As(err, &netErr) || pgconn.Timeout(err) ||
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET)
 }
 
 // errorf wraps a translated err as "format: err".
