@@ -9,7 +9,7 @@
 -- day's partition drops exactly the findings received that day.
 --
 -- A partitioned table's unique keys must contain the partition key, so the
--- primary key is (cluster, node, id, received_at); a retry of a finding gets a
+-- primary key is (id, cluster, node, received_at); a retry of a finding gets a
 -- new received_at and is deduplicated by the store instead (IngestReport: a
 -- per-node advisory lock, then an anti-join against the partitions the first
 -- copy can be in; controller/store/findings.go).
@@ -45,7 +45,9 @@ CREATE TABLE findings (
     seq         bigint      NOT NULL DEFAULT 0 CHECK (seq >= 0),
     observed_at timestamptz,              -- finding.Finding.Time; NULL when the agent could not tell
     received_at timestamptz NOT NULL,     -- when the controller stored it (the partition key)
-    PRIMARY KEY (cluster, node, id, received_at)
+    -- id first: the duplicate check and the lookups by ID probe this index
+    -- only (the timeline index below serves (cluster, node) scans).
+    PRIMARY KEY (id, cluster, node, received_at)
 ) PARTITION BY RANGE (received_at);
 
 CREATE TABLE findings_default PARTITION OF findings DEFAULT;
@@ -95,9 +97,9 @@ $$;
 -- then the rows themselves. The old key (cluster, id) was stricter than the
 -- new one, so nothing collides.
 SELECT fleetrepair_findings_partitions(first_day, (today - first_day) + 8)
-FROM (SELECT LEAST(today, COALESCE(min(received_at AT TIME ZONE 'UTC')::date, today)) - 1 AS first_day, today
-      FROM findings_unpartitioned, (SELECT (now() AT TIME ZONE 'UTC')::date AS today) AS t
-      GROUP BY today) AS days;
+FROM (SELECT LEAST(today, COALESCE(oldest, today)) - 1 AS first_day, today
+      FROM (SELECT (now() AT TIME ZONE 'UTC')::date AS today,
+                   (SELECT min(received_at AT TIME ZONE 'UTC')::date FROM findings_unpartitioned) AS oldest) AS t) AS days;
 INSERT INTO findings SELECT id, cluster, node, boot_id, detector, gpu_pci, device_pci, xid, count, attrs,
                             evidence, seq, observed_at, received_at
 FROM findings_unpartitioned;

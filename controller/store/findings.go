@@ -18,12 +18,14 @@ const (
 INSERT INTO clusters (name, created_at) VALUES ($1, $2)
 ON CONFLICT (name) DO NOTHING`
 
-	// Every report of a node takes this lock first (released at commit), so a
-	// node's reports are applied one at a time: the duplicate check of
-	// sqlInsertFindings and the change check of sqlUpsertNodeFromReport see
-	// everything committed before them. Reports of different nodes do not
-	// wait on each other (a 64-bit hash; a collision only serializes two
-	// nodes).
+	// Every report of a node takes this lock first (released at commit), so
+	// the reports of one node are applied one at a time and each statement
+	// after it sees everything an earlier report committed: the change check
+	// of sqlUpsertNodeFromReport compares with the latest facts, and the
+	// duplicate check of sqlInsertFindings sees every finding stored before.
+	// Reports of different nodes do not wait on each other (a 64-bit hash; a
+	// collision only serializes two nodes). A row lock would not do: a node's
+	// first reports have no row to lock.
 	sqlLockNode = `SELECT pg_advisory_xact_lock(hashtextextended($1 || '/' || $2, 0))`
 
 	// The agent's columns only. A report older (by SentAt) than the newest
@@ -33,7 +35,7 @@ ON CONFLICT (name) DO NOTHING`
 	// TOAST value for an unchanged heartbeat); nodes has no index on the
 	// updated columns, so a heartbeat that changes nothing is a HOT update
 	// of one row. It returns whether the agent's facts changed (or the row is
-	// new): the old values are read by the CTE, under the node lock.
+	// new): the CTE reads the old values, after sqlLockNode.
 	sqlUpsertNodeFromReport = `
 WITH old AS (
     SELECT boot_id, driver_version, kernel_version, agent_version, heartbeat
@@ -61,6 +63,11 @@ RETURNING NOT EXISTS (
 	// (cluster, node, id), and the first copy of a resend was received at or
 	// after $15 (see dedupSince), which bounds the partitions probed. The
 	// affected row count is the number of new findings.
+	//
+	// The stored IDs are looked up first, once, with the whole ID array on
+	// the primary key or the node's timeline, in the partitions from $15 to
+	// now only (nothing is received in the future), not as an anti-join the
+	// planner may turn into a scan of every partition.
 	sqlInsertFindings = `
 INSERT INTO findings (id, cluster, node, boot_id, detector, gpu_pci, device_pci, xid, count,
                       attrs, evidence, seq, observed_at, received_at)
@@ -69,9 +76,10 @@ SELECT u.id, $1, $2, u.boot_id, u.detector, u.gpu_pci, u.device_pci, u.xid, u.co
 FROM unnest($4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::int[], $10::int[],
             $11::jsonb[], $12::jsonb[], $13::bigint[], $14::timestamptz[])
      AS u(id, boot_id, detector, gpu_pci, device_pci, xid, count, attrs, evidence, seq, observed_at)
-WHERE NOT EXISTS (
-    SELECT 1 FROM findings f
-    WHERE f.cluster = $1 AND f.node = $2 AND f.id = u.id AND f.received_at >= $15::timestamptz)`
+WHERE u.id <> ALL (ARRAY(
+    SELECT f.id FROM findings f
+    WHERE f.cluster = $1 AND f.node = $2 AND f.id = ANY ($4::text[])
+      AND f.received_at >= $15::timestamptz AND f.received_at <= $3::timestamptz))`
 
 	findingCols = `id, node, boot_id, detector, gpu_pci, device_pci, xid, count, attrs, evidence, seq, observed_at`
 
@@ -128,8 +136,9 @@ type IngestResult struct {
 }
 
 // IngestReport stores one agent Report atomically in one round trip to
-// PostgreSQL (a pipelined batch in an implicit transaction): it creates the
-// cluster row if needed, takes the node's lock, upserts the node's agent
+// PostgreSQL (a pipelined batch of two or three statements in an implicit
+// transaction): it creates the cluster row the first time this Store sees
+// the cluster, takes the node's lock, upserts the node's agent
 // facts (boot ID, last_seen = now, heartbeat, driver/kernel/agent version
 // when given) and inserts the findings. Findings are unique per (cluster,
 // node, id): one already stored for this node (a resent report) is skipped,
@@ -205,7 +214,10 @@ func (s *Store) IngestReport(ctx context.Context, r finding.Report, now time.Tim
 	}
 
 	b := &pgx.Batch{}
-	b.Queue(sqlEnsureCluster, r.Cluster, now)
+	_, knownCluster := s.clusters.Load(r.Cluster)
+	if !knownCluster {
+		b.Queue(sqlEnsureCluster, r.Cluster, now)
+	}
 	b.Queue(sqlLockNode, r.Cluster, r.Node)
 	b.Queue(upsertNodeSQL, r.Cluster, r.Node, r.BootID, driver, kernel, r.AgentVersion, hb, now, nullTime(r.SentAt))
 	if len(ids) > 0 {
@@ -216,11 +228,10 @@ func (s *Store) IngestReport(ctx context.Context, r finding.Report, now time.Tim
 	err = func() error {
 		br := s.pool.SendBatch(ctx, b)
 		defer br.Close()
-		if _, err := br.Exec(); err != nil {
-			return err
-		}
-		if _, err := br.Exec(); err != nil {
-			return err
+		for range 2 - btoi(knownCluster) {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
 		}
 		if err := br.QueryRow().Scan(&res.Changed); err != nil {
 			return err
@@ -237,6 +248,7 @@ func (s *Store) IngestReport(ctx context.Context, r finding.Report, now time.Tim
 	if err != nil {
 		return IngestResult{}, errorf(err, "ingest report from %s/%s", r.Cluster, r.Node)
 	}
+	s.clusters.Store(r.Cluster, true) // cluster rows are never deleted
 	return res, nil
 }
 
@@ -254,6 +266,13 @@ func earliest(a, b time.Time) time.Time {
 		return a
 	}
 	return b
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 var upsertNodeSQL = strings.ReplaceAll(sqlUpsertNodeFromReport, "{{newer}}", nodeNewer)

@@ -25,6 +25,7 @@ import (
 	"io"
 	"net"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -37,6 +38,9 @@ import (
 // for concurrent use.
 type Store struct {
 	pool *pgxpool.Pool
+	// clusters holds the names of the cluster rows known to exist (they are
+	// never deleted), so IngestReport creates each only once.
+	clusters sync.Map
 }
 
 // Open connects to the database at dsn (a postgres:// URL or a libpq
