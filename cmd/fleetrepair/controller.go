@@ -115,6 +115,8 @@ for the cluster the controller runs in. Every flag has an environment fallback
 	f.BoolVar(&o.DryRun, "dry-run", envOr("FLEETREPAIR_DRY_RUN", "") == "true", "record every decision, delete no NodeClaim")
 	f.DurationVar(&o.Toleration, "toleration", 0, "override every reason's toleration window (e.g. 30s for demos; 0 = catalog defaults: 10m accelerated hardware, 30m other)")
 	f.DurationVar(&o.Resync, "resync", 10*time.Second, "period of the pass over open repairs")
+	f.DurationVar(&o.FindingRetention, "finding-retention", 30*24*time.Hour,
+		"drop findings received longer ago than this, a day's partition at a time (0 keeps them all; repairs and audit are always kept)")
 	f.StringVar(&o.PolicyFile, "policy", envOr("FLEETREPAIR_POLICY", ""), "policy file with per-reason and per-NodePool overrides (toleration, action, disabled); see docs/policy.md")
 	f.IntVar(&budgets.DeletionsPerHour, "deletions-per-hour", 10, "NodeClaim deletions each cluster may start per sliding hour (0 stops all)")
 	f.IntVar(&budgets.NodePoolDeletionsPerHour, "nodepool-deletions-per-hour", 5, "NodeClaim deletions each NodePool may start per sliding hour")
