@@ -334,3 +334,43 @@ func TestBreakerStateCompareAndSet(t *testing.T) {
 		t.Fatalf("decisions = %+v, %v; want exactly the one saved with the winning write", ds, err)
 	}
 }
+
+// TestIngestReportChanged: IngestResult.Changed tells whether the node's
+// agent facts changed, so that a heartbeat that changes nothing need not
+// wake the reconciler.
+func TestIngestReportChanged(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := open(t)
+	if _, err := s.UpsertNodeMeta(ctx, store.Node{Cluster: "c1", Name: "n1", NodePool: "gpu"}, t0); err != nil {
+		t.Fatal(err)
+	}
+	at := t0
+	step := func(name string, want bool, edit func(r *finding.Report)) {
+		t.Helper()
+		at = at.Add(30 * time.Second)
+		r := report("c1", "n1", "boot-a", 0, t0)
+		r.SentAt = at
+		edit(&r)
+		res, err := s.IngestReport(ctx, r, at)
+		if err != nil || res.Changed != want || res.Inserted != 0 {
+			t.Errorf("%s: %+v, %v; want Changed %v", name, res, err, want)
+		}
+	}
+	same := func(*finding.Report) {}
+	step("first report of a node known from Kubernetes", true, same)
+	step("same heartbeat", false, same)
+	step("same heartbeat again", false, same)
+	step("a monitor failing", true, func(r *finding.Report) { r.Heartbeat.Monitors[0].State = finding.StateFailing })
+	step("still failing", false, func(r *finding.Report) { r.Heartbeat.Monitors[0].State = finding.StateFailing })
+	step("no heartbeat at all", false, func(r *finding.Report) { r.Heartbeat = nil })
+	step("new agent version", true, func(r *finding.Report) { r.AgentVersion = "v0.2.0"; r.Heartbeat = nil })
+	step("reboot", true, func(r *finding.Report) { r.BootID = "boot-b"; r.AgentVersion = "v0.2.0" })
+	step("an older report (by SentAt) changes nothing", false, func(r *finding.Report) {
+		r.BootID, r.SentAt = "boot-a", t0
+	})
+	n, err := s.GetNode(ctx, "c1", "n1")
+	if err != nil || n.BootID != "boot-b" || n.NodePool != "gpu" || !n.LastSeen.Equal(at) {
+		t.Errorf("node = %+v, %v", n, err)
+	}
+}
