@@ -56,6 +56,11 @@ CREATE TABLE findings_default PARTITION OF findings DEFAULT;
 -- when they happened: a Merge Append of one backward index scan per partition.
 CREATE INDEX findings_node_happened_idx ON findings (cluster, node, (COALESCE(observed_at, received_at)), id);
 
+-- The nodes with findings received since a time (store.NodesWithFindingsSince,
+-- every periodic pass): rows arrive in received_at order, so a BRIN index is
+-- exact enough and nearly free to maintain.
+CREATE INDEX findings_received_brin ON findings USING brin (received_at);
+
 -- Retention drops partitions; nothing updates a finding.
 CREATE TRIGGER findings_append_only BEFORE UPDATE ON findings
     FOR EACH ROW EXECUTE FUNCTION fleetrepair_append_only();
