@@ -14,6 +14,10 @@ import (
 // over: a fleet, not one node holding every finding.
 const benchNodes = 1000
 
+// benchAgents x GOMAXPROCS goroutines report at once in the parallel
+// benchmarks: the ingest route serves thousands of agents, many in flight.
+const benchAgents = 32
+
 // BenchmarkIngestReport measures IngestReport with batches of 100 new
 // findings, each from the next of benchNodes nodes (each iteration a new
 // batch: nothing deduplicated).
@@ -53,6 +57,7 @@ func BenchmarkIngestReportParallel(b *testing.B) {
 	s := open(b)
 	const batch = 100
 	var worker atomic.Int64
+	b.SetParallelism(benchAgents)
 	b.ReportAllocs()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
@@ -83,6 +88,7 @@ func BenchmarkIngestReportParallel(b *testing.B) {
 // without findings whose heartbeat changes nothing (the same boot ID,
 // versions and monitor states as the node's previous report), from 10,000
 // nodes in turn, many at once. Each must answer Changed = false.
+// IngestReport writes such reports in groups (heartbeats.go).
 func BenchmarkIngestHeartbeat(b *testing.B) {
 	ctx := context.Background()
 	s := open(b)
@@ -94,6 +100,7 @@ func BenchmarkIngestHeartbeat(b *testing.B) {
 		}
 	}
 	var next atomic.Int64
+	b.SetParallelism(benchAgents)
 	b.ReportAllocs()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {

@@ -38,12 +38,18 @@ ON CONFLICT (name) DO NOTHING`
 	// new): the CTE reads the old values, after sqlLockNode.
 	sqlUpsertNodeFromReport = `
 WITH old AS (
-    SELECT boot_id, driver_version, kernel_version, agent_version, heartbeat
+    SELECT cluster, name, boot_id, driver_version, kernel_version, agent_version, heartbeat
     FROM nodes WHERE cluster = $1 AND name = $2)
 INSERT INTO nodes AS n (cluster, name, boot_id, driver_version, kernel_version, agent_version,
                         heartbeat, last_seen, last_sent_at, created_at, updated_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $8, $8)
-ON CONFLICT (cluster, name) DO UPDATE SET
+{{conflict}}
+RETURNING {{changed}}`
+
+	// sqlNodeConflict is the ON CONFLICT clause of every node upsert from a
+	// report (sqlUpsertNodeFromReport, sqlUpsertNodesFromHeartbeats): one
+	// rule for what a report may change.
+	sqlNodeConflict = `ON CONFLICT (cluster, name) DO UPDATE SET
     last_seen = GREATEST(n.last_seen, excluded.last_seen),
     updated_at = excluded.updated_at,
     boot_id = CASE WHEN {{newer}} AND excluded.boot_id <> '' THEN excluded.boot_id ELSE n.boot_id END,
@@ -52,10 +58,14 @@ ON CONFLICT (cluster, name) DO UPDATE SET
     agent_version = CASE WHEN {{newer}} AND excluded.agent_version <> '' THEN excluded.agent_version ELSE n.agent_version END,
     heartbeat = CASE WHEN {{newer}} AND excluded.heartbeat IS NOT NULL AND excluded.heartbeat IS DISTINCT FROM n.heartbeat
                      THEN excluded.heartbeat ELSE n.heartbeat END,
-    last_sent_at = CASE WHEN {{newer}} THEN COALESCE(excluded.last_sent_at, n.last_sent_at) ELSE n.last_sent_at END
-RETURNING NOT EXISTS (
+    last_sent_at = CASE WHEN {{newer}} THEN COALESCE(excluded.last_sent_at, n.last_sent_at) ELSE n.last_sent_at END`
+
+	// sqlNodeChanged: whether the upserted row n differs in the agent's facts
+	// from its version before the statement (CTE old), or is new.
+	sqlNodeChanged = `NOT EXISTS (
     SELECT 1 FROM old o
-    WHERE (o.boot_id, o.driver_version, o.kernel_version, o.agent_version, o.heartbeat)
+    WHERE o.cluster = n.cluster AND o.name = n.name
+      AND (o.boot_id, o.driver_version, o.kernel_version, o.agent_version, o.heartbeat)
           IS NOT DISTINCT FROM (n.boot_id, n.driver_version, n.kernel_version, n.agent_version, n.heartbeat))`
 
 	// One statement for the whole batch. A finding already stored for the
@@ -147,6 +157,10 @@ type IngestResult struct {
 // finding the schema refuses, e.g. count 0, fails the whole report with
 // ErrInvalid); a database that cannot be reached is ErrUnavailable.
 //
+// A report without findings (a heartbeat) is written together with the
+// heartbeats of other nodes waiting at the same moment (heartbeats.go), with
+// the same effect and answer as alone.
+//
 // The caller validates the report first (finding.Report.Validate); the store
 // fills a finding's empty Node and BootID from the report, and keeps the
 // first of findings repeating an ID within the report. The driver version
@@ -213,8 +227,16 @@ func (s *Store) IngestReport(ctx context.Context, r finding.Report, now time.Tim
 		kernel = r.Heartbeat.KernelVersion
 	}
 
-	b := &pgx.Batch{}
 	_, knownCluster := s.clusters.Load(r.Cluster)
+	if len(ids) == 0 && knownCluster && s.groups != nil {
+		changed, err := s.groups.submit(ctx, &nodeReport{cluster: r.Cluster, node: r.Node, boot: r.BootID, driver: driver,
+			kernel: kernel, agent: r.AgentVersion, heartbeat: hb, sentAt: nullTime(r.SentAt), now: now})
+		if err != nil {
+			return IngestResult{}, errorf(err, "ingest report from %s/%s", r.Cluster, r.Node)
+		}
+		return IngestResult{Changed: changed}, nil
+	}
+	b := &pgx.Batch{}
 	if !knownCluster {
 		b.Queue(sqlEnsureCluster, r.Cluster, now)
 	}
@@ -275,7 +297,14 @@ func btoi(b bool) int {
 	return 0
 }
 
-var upsertNodeSQL = strings.ReplaceAll(sqlUpsertNodeFromReport, "{{newer}}", nodeNewer)
+var upsertNodeSQL = nodeUpsert(sqlUpsertNodeFromReport)
+
+// nodeUpsert completes a node upsert statement with the shared conflict
+// clause and change test.
+func nodeUpsert(q string) string {
+	return strings.NewReplacer("{{conflict}}", strings.ReplaceAll(sqlNodeConflict, "{{newer}}", nodeNewer),
+		"{{changed}}", sqlNodeChanged).Replace(q)
+}
 
 func marshalOr[T any](v T, empty string) ([]byte, error) {
 	b, err := json.Marshal(v)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"sync"
 	"testing"
 	"time"
 
@@ -372,5 +373,51 @@ func TestIngestReportChanged(t *testing.T) {
 	n, err := s.GetNode(ctx, "c1", "n1")
 	if err != nil || n.BootID != "boot-b" || n.NodePool != "gpu" || !n.LastSeen.Equal(at) {
 		t.Errorf("node = %+v, %v", n, err)
+	}
+}
+
+// TestIngestHeartbeatsConcurrently: heartbeats of many nodes at once, several
+// of the same node in flight together, are written in groups with the same
+// answers as one by one.
+func TestIngestHeartbeatsConcurrently(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := open(t)
+	const nodes, workers, rounds = 100, 20, 10
+	for i := range nodes {
+		if res, err := s.IngestReport(ctx, report("c1", fmt.Sprintf("n%d", i), "boot-a", 0, t0), t0); err != nil || !res.Changed {
+			t.Fatalf("first heartbeat: %+v, %v", res, err)
+		}
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, workers*rounds)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range rounds {
+				node := fmt.Sprintf("n%d", (w*rounds+i)%nodes)
+				r := report("c1", node, "boot-a", 0, t0)
+				r.SentAt = t0.Add(time.Duration(1+i) * time.Second)
+				res, err := s.IngestReport(ctx, r, r.SentAt)
+				if err != nil || res.Changed {
+					errs <- fmt.Errorf("%s: %+v, %v; want stored, unchanged", node, res, err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	// A change in the middle of a fleet's heartbeats is still seen.
+	r := report("c1", "n7", "boot-b", 0, t0)
+	r.SentAt = t0.Add(time.Minute)
+	if res, err := s.IngestReport(ctx, r, r.SentAt); err != nil || !res.Changed {
+		t.Errorf("reboot of n7: %+v, %v; want Changed", res, err)
+	}
+	if n, err := s.GetNode(ctx, "c1", "n7"); err != nil || n.BootID != "boot-b" || !n.LastSeen.Equal(t0.Add(time.Minute)) {
+		t.Errorf("n7 = %+v, %v", n, err)
 	}
 }

@@ -41,6 +41,8 @@ type Store struct {
 	// clusters holds the names of the cluster rows known to exist (they are
 	// never deleted), so IngestReport creates each only once.
 	clusters sync.Map
+	// groups writes reports without findings in groups (heartbeats.go).
+	groups *heartbeatGroups
 }
 
 // Open connects to the database at dsn (a postgres:// URL or a libpq
@@ -63,12 +65,18 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("ping database %s: %w", redact(cfg.ConnConfig), err)
 	}
-	return &Store{pool: pool}, nil
+	s := &Store{pool: pool}
+	// Half the pool writes heartbeat groups; the rest serves everything else.
+	s.groups = startHeartbeatGroups(s, int(cfg.MaxConns)/2)
+	return s, nil
 }
 
 // Close closes every connection of the pool; it waits for connections in use
 // to be released.
-func (s *Store) Close() { s.pool.Close() }
+func (s *Store) Close() {
+	s.groups.stop()
+	s.pool.Close()
+}
 
 // Ping checks that the database answers (for /readyz).
 func (s *Store) Ping(ctx context.Context) error {
