@@ -75,27 +75,27 @@ groups:
         expr: sum(increase(fleetrepair_replacements_failed_total{ {{- $ns }}}[1h])) > 0
         labels: {severity: warning}
         annotations:
-          summary: '{{ "{{ $value }}" }} NodeClaim replacements did not become Ready and healthy within the verify timeout in the last hour.'
+          summary: '{{ `{{ $value | printf "%.0f" }}` }} NodeClaim replacements did not become Ready and healthy within the verify timeout in the last hour.'
           runbook_url: {{ $url }}/FleetRepairReplacementsFailing.md
       - alert: FleetRepairDeletionBudgetExhausted
         expr: sum by (cluster) (increase(fleetrepair_nodeclaim_deletions_total{ {{- $ns }}, dry_run="false"}[1h])) >= {{ $budget }}
         labels: {severity: warning}
         annotations:
-          summary: 'fleetrepair deleted {{ "{{ $value }}" }} NodeClaims in cluster {{ "{{ $labels.cluster }}" }} in an hour, its budget ({{ $budget }}/h); further repairs wait.'
+          summary: 'fleetrepair deleted {{ `{{ $value | printf "%.0f" }}` }} NodeClaims in cluster {{ "{{ $labels.cluster }}" }} in an hour, its budget ({{ $budget }}/h); further repairs wait.'
           runbook_url: {{ $url }}/FleetRepairDeletionBudgetExhausted.md
       - alert: FleetRepairIngestErrors
         expr: sum(rate(fleetrepair_ingest_reports_total{ {{- $ns }}, result="error"}[10m])) > 0
         for: 10m
         labels: {severity: warning}
         annotations:
-          summary: 'The controller fails to store agent reports ({{ "{{ $value }}" }}/s); agents retry and spool, findings arrive late.'
+          summary: 'The controller fails to store agent reports ({{ `{{ $value | printf "%.2g" }}` }}/s); agents retry and spool, findings arrive late.'
           runbook_url: {{ $url }}/FleetRepairIngestErrors.md
       - alert: FleetRepairAgentsUnauthorized
         expr: sum(rate(fleetrepair_ingest_reports_total{ {{- $ns }}, result="unauthorized"}[10m])) > 0
         for: 15m
         labels: {severity: warning}
         annotations:
-          summary: 'The controller refuses agent reports as unauthorized ({{ "{{ $value }}" }}/s); those nodes are unmonitored.'
+          summary: 'The controller refuses agent reports as unauthorized ({{ `{{ $value | printf "%.2g" }}` }}/s); those nodes are unmonitored.'
           runbook_url: {{ $url }}/FleetRepairIngestErrors.md
       - alert: FleetRepairReconcileErrors
         expr: sum(rate(fleetrepair_reconcile_total{ {{- $ns }}, result="error"}[10m])) > 0.1
