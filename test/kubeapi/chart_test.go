@@ -500,7 +500,9 @@ func checkController(t *testing.T, objs []*unstructured.Unstructured) {
 	for _, a := range c.Args {
 		if path, ok := strings.CutPrefix(a, "--operators-file="); ok {
 			if !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == filepath.Dir(path) && m.Name == "operators" }) ||
-				!slices.ContainsFunc(pod.Volumes, func(v corev1.Volume) bool { return v.Name == "operators" && v.Secret != nil && v.Secret.SecretName == "fleetrepair-operators" }) {
+				!slices.ContainsFunc(pod.Volumes, func(v corev1.Volume) bool {
+					return v.Name == "operators" && v.Secret != nil && v.Secret.SecretName == "fleetrepair-operators"
+				}) {
 				t.Errorf("controller: --operators-file %s without the operators Secret mounted there", path)
 			}
 		}
