@@ -325,6 +325,20 @@ var agentNeeds = []struct {
 		if *p.spec.RuntimeClassName != "nvidia" || !strings.Contains(p.env["NVIDIA_DRIVER_CAPABILITIES"], "utility") || p.env["NVIDIA_VISIBLE_DEVICES"] == "" {
 			return "runtimeClassName nvidia with NVIDIA_VISIBLE_DEVICES and NVIDIA_DRIVER_CAPABILITIES including utility"
 		}
+		// The nvidia runtime exists on GPU nodes only: a pod of that
+		// class elsewhere never starts.
+		gpuOnly := p.spec.NodeSelector["nvidia.com/gpu.present"] == "true"
+		if a := p.spec.Affinity; a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil {
+			terms := a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+			gpuOnly = gpuOnly || len(terms) > 0 && !slices.ContainsFunc(terms, func(term corev1.NodeSelectorTerm) bool {
+				return !slices.ContainsFunc(term.MatchExpressions, func(e corev1.NodeSelectorRequirement) bool {
+					return strings.Contains(e.Key, "gpu")
+				})
+			})
+		}
+		if !gpuOnly {
+			return "a node selector or required affinity limiting the nvidia runtime class to GPU nodes"
+		}
 		return ""
 	}},
 	{"dcgm (nv-hostengine)", func(a []string) bool { return slices.Contains(a, "--no-dcgm") }, func(p agentPod) string {
