@@ -38,7 +38,7 @@ var chartCases = []struct {
 	// helm are extra `helm template` flags.
 	helm []string
 	// needFlags are flags a binary must define for the case to run
-	// ("controller --tls-cert"): values that map to flags another branch
+	// ("controller --tls-cert-file"): values that map to flags another branch
 	// adds; the case is skipped, naming the flag, until they exist.
 	needFlags []string
 	// kinds is the exact multiset of rendered kinds, sorted.
@@ -102,7 +102,7 @@ prometheusRule: {enabled: true}
 serviceMonitor: {enabled: true}
 `,
 		helm:      promOpAPI,
-		needFlags: []string{"controller --tls-cert", "controller --tls-key", "agent --ca-file"},
+		needFlags: []string{"controller --tls-cert-file", "controller --tls-key-file", "agent --ca-file"},
 		kinds: []string{"Certificate", "ClusterRole", "ClusterRoleBinding", "DaemonSet", "Deployment", "Job", "NetworkPolicy", "PodDisruptionBudget",
 			"PodMonitor", "Role", "RoleBinding", "Service", "ServiceAccount", "ServiceAccount", "ServiceMonitor"},
 	},
