@@ -127,7 +127,7 @@ func Handler(cfg Config) (http.Handler, error) {
 	s := &server{cfg: cfg, clusters: map[string]bool{}, ingestSlots: make(chan struct{}, cfg.MaxIngestInFlight),
 		ingestErrLog: rate.Sometimes{Interval: 10 * time.Second},
 		reports: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fleetrepair_ingest_reports_total",
-			Help: "Agent reports received, by result (ok, invalid, unauthorized, overloaded, unavailable)."}, []string{"result"}),
+			Help: "Agent reports received, by result (ok, invalid, unauthorized, error: not stored, answered 503; overloaded: answered 429)."}, []string{"result"}),
 		findings: prometheus.NewCounter(prometheus.CounterOpts{Name: "fleetrepair_ingest_findings_new_total",
 			Help: "Findings stored for the first time (duplicates excluded)."}),
 	}
@@ -351,10 +351,10 @@ func (s *server) writeIngestError(w http.ResponseWriter, r *http.Request, err er
 		s.reports.WithLabelValues("invalid").Inc()
 		writeError(w, http.StatusBadRequest, "invalid report", "the database refused a value of the report", nil)
 	default:
-		s.reports.WithLabelValues("unavailable").Inc()
+		s.reports.WithLabelValues("error").Inc() // the FleetRepairIngestErrors alert
 		// One line per 10 s, not one per report: an outage under a fleet's
 		// load would otherwise write thousands a second. The counter
-		// fleetrepair_ingest_reports_total{result="unavailable"} has them all.
+		// fleetrepair_ingest_reports_total{result="error"} has them all.
 		s.ingestErrLog.Do(func() {
 			s.cfg.Log.ErrorContext(r.Context(), "ingest: cannot store reports, answering 503 (logged at most every 10s)",
 				"err", err, "unavailable", errors.Is(err, store.ErrUnavailable), "request_id", middleware.GetReqID(r.Context()))

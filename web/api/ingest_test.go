@@ -113,7 +113,7 @@ func newOutageEnv(t *testing.T, cfg api.Config) *outageEnv {
 	ctx := context.Background()
 	pg, err := pgtemp.Start(ctx, pgtemp.Options{})
 	if err != nil {
-		t.Skipf("no PostgreSQL server binaries for a server of the test's own: %v", err)
+		t.Fatalf("start a PostgreSQL server of the test's own (install the server binaries, see test/pgtemp): %v", err)
 	}
 	t.Cleanup(func() { _ = pg.Stop() })
 	if err := store.Migrate(ctx, pg.DSN(""), store.MigrateUp, nil); err != nil {
