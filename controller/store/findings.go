@@ -76,8 +76,9 @@ RETURNING {{changed}}`
 	//
 	// The stored IDs are looked up first, once, with the whole ID array on
 	// the primary key or the node's timeline, in the partitions from $15 to
-	// now only (nothing is received in the future), not as an anti-join the
-	// planner may turn into a scan of every partition.
+	// $16 (now + DedupClockSkew: another replica's clock may be ahead, but
+	// the partitions created days ahead are empty) only, not as an anti-join
+	// the planner may turn into a scan of every partition.
 	sqlInsertFindings = `
 INSERT INTO findings (id, cluster, node, boot_id, detector, gpu_pci, device_pci, xid, count,
                       attrs, evidence, seq, observed_at, received_at)
@@ -89,7 +90,7 @@ FROM unnest($4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::int[
 WHERE u.id <> ALL (ARRAY(
     SELECT f.id FROM findings f
     WHERE f.cluster = $1 AND f.node = $2 AND f.id = ANY ($4::text[])
-      AND f.received_at >= $15::timestamptz AND f.received_at <= $3::timestamptz))`
+      AND f.received_at >= $15::timestamptz AND f.received_at <= $16::timestamptz))`
 
 	findingCols = `id, node, boot_id, detector, gpu_pci, device_pci, xid, count, attrs, evidence, seq, observed_at`
 
@@ -244,7 +245,7 @@ func (s *Store) IngestReport(ctx context.Context, r finding.Report, now time.Tim
 	b.Queue(upsertNodeSQL, r.Cluster, r.Node, r.BootID, driver, kernel, r.AgentVersion, hb, now, nullTime(r.SentAt))
 	if len(ids) > 0 {
 		b.Queue(sqlInsertFindings, r.Cluster, r.Node, now,
-			ids, bootIDs, detectors, gpuPCIs, devicePCIs, xids, counts, attrs, evidence, seqs, observed, since)
+			ids, bootIDs, detectors, gpuPCIs, devicePCIs, xids, counts, attrs, evidence, seqs, observed, since, now.Add(DedupClockSkew))
 	}
 	var res IngestResult
 	err = func() error {

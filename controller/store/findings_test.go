@@ -421,3 +421,27 @@ func TestIngestHeartbeatsConcurrently(t *testing.T) {
 		t.Errorf("n7 = %+v, %v", n, err)
 	}
 }
+
+// TestIngestResendToReplicaBehind: replicas' clocks differ; a report stored
+// by a replica whose clock is ahead and resent to one whose clock is behind
+// is still recognised, and a colliding ID from another node is still stored.
+func TestIngestResendToReplicaBehind(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := open(t)
+	r := report("c1", "n1", "boot-a", 5, t0)
+	if res, err := s.IngestReport(ctx, r, t0.Add(time.Hour)); err != nil || res.Inserted != 5 {
+		t.Fatalf("first: %+v, %v", res, err)
+	}
+	if res, err := s.IngestReport(ctx, r, t0); err != nil || res.Inserted != 0 {
+		t.Errorf("resent to a replica an hour behind: %+v, %v; want 0 inserted", res, err)
+	}
+	other := r
+	other.Node, other.Findings = "n2", append([]finding.Finding(nil), r.Findings...)
+	for i := range other.Findings {
+		other.Findings[i].Node = "n2"
+	}
+	if res, err := s.IngestReport(ctx, other, t0); err != nil || res.Inserted != 5 {
+		t.Errorf("same IDs from n2: %+v, %v; want 5 inserted", res, err)
+	}
+}
