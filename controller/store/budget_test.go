@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -138,8 +139,11 @@ func TestBeginDeletionChecks(t *testing.T) {
 	errTripped := errors.New("breaker zone=us-east-1a tripped")
 	var seen store.DeletionBudget
 	_, err := s.BeginDeletion(ctx, r.ID, ledger.Tolerating, "controller", "", t0,
-		func(_ context.Context, got store.Repair, b store.DeletionBudget) error {
+		func(got store.Repair, b store.DeletionBudget, breakerState json.RawMessage) error {
 			seen = b
+			if breakerState != nil {
+				return fmt.Errorf("guard got breaker state %s, none was saved", breakerState)
+			}
 			if got.ID != r.ID {
 				return fmt.Errorf("guard got repair %d", got.ID)
 			}
