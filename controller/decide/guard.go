@@ -92,7 +92,12 @@ func (b Budget) AllowsHealthy(c Counts) *Exceeded {
 // BudgetError is a budget refusal returned by Deletion.
 type BudgetError struct{ Exceeded }
 
-func (e *BudgetError) Error() string { return e.Detail }
+func (e *BudgetError) Error() string {
+	if e.Budget == BudgetMinHealthy {
+		return e.Detail + ": " + ErrMinHealthy.Error()
+	}
+	return e.Detail + ": " + ErrBudgetExceeded.Error()
+}
 
 // Is makes errors.Is(err, ErrMinHealthy) true for the minimum healthy
 // count, errors.Is(err, ErrBudgetExceeded) for the other budgets.

@@ -50,7 +50,9 @@ type Facts struct {
 
 // NeedsBreakers reports whether Step reads Facts.BreakerAllows for r, so a
 // caller reads the breaker state only then.
-func NeedsBreakers(r Repair) bool { return r.State == ledger.AwaitingApproval && r.HeldBy == HeldByBreaker }
+func NeedsBreakers(r Repair) bool {
+	return r.State == ledger.AwaitingApproval && r.HeldBy == HeldByBreaker
+}
 
 // Kind is what the caller does to carry out a Next.
 type Kind int
@@ -104,13 +106,13 @@ type Next struct {
 func Step(r Repair, head diagnose.Diagnosis, f Facts, now time.Time) Next {
 	if f.NodeGone {
 		if r.State == ledger.Deleting {
-			return deleting(r)
+			return Deleting(r)
 		}
 		return Next{Kind: Transition, To: ledger.Cancelled, Why: "the Node no longer exists"}
 	}
 	if head.Severity != catalog.SeverityCondition {
 		if r.State == ledger.Deleting {
-			return deleting(r)
+			return Deleting(r)
 		}
 		return Next{Kind: Transition, To: ledger.Resolved, Why: "evidence cleared (no active condition diagnosis for the current boot)"}
 	}
@@ -160,7 +162,7 @@ func Step(r Repair, head diagnose.Diagnosis, f Facts, now time.Time) Next {
 		}
 		return Next{Kind: Transition, To: ledger.Expired, Why: fmt.Sprintf("no approval within %s", f.ApprovalTTL)}
 	case ledger.Deleting:
-		return deleting(r)
+		return Deleting(r)
 	}
 	return Next{Kind: Wait} // terminal
 }
@@ -170,7 +172,10 @@ func released(why string) Next {
 		Set: map[string]any{"released_by": Actor}}
 }
 
-func deleting(r Repair) Next {
+// Deleting is the step of a deleting repair: DeleteNodeClaim, or in dry
+// run a cancellation that records the would-delete decision and deletes
+// nothing (executed action "none").
+func Deleting(r Repair) Next {
 	if r.DryRun {
 		return Next{Kind: Transition, To: ledger.Cancelled, Why: fmt.Sprintf("dry-run: NodeClaim %s would have been deleted now; nothing was deleted", r.NodeClaim),
 			Detail: map[string]any{"dry_run": true}, ExecutedAction: "none"}
