@@ -75,7 +75,7 @@ const (
 	// later findings are left out and the report says so in Notes.
 	maxFindingsPerNode = 100_000
 	// diagnoseLimit is how many findings the controller reads per node and
-	// reconcile (the oldest within the lookback: repair.ReconcileNode).
+	// reconcile (the newest: store.FindingsForNode in repair.ReconcileNode).
 	diagnoseLimit = 10000
 	loadWorkers   = 4
 	// throttleFindings: a node is diagnosed again no sooner than one
