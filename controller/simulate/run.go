@@ -1070,6 +1070,10 @@ func hasTruth(n *simNode, t Truth) bool {
 
 func (r *replay) finish() {
 	for _, n := range r.nodes {
+		if n.rp != nil {
+			r.out.Open = append(r.out.Open, OpenRepair{Node: n.name, State: string(n.rp.state), HeldBy: n.rp.heldBy,
+				Waiting: n.state == stateBudget})
+		}
 		r.endPause(n, r.end, "still held at the end")
 		if hasTruth(n, TruthBroken) {
 			r.out.Unrepaired = append(r.out.Unrepaired, Unrepaired{Node: n.name, BrokenSince: fmtOffset(n.brokenSince.Sub(r.t0)),
