@@ -59,9 +59,9 @@ type PolicyResult struct {
 	Unrepaired []Unrepaired `json:"unrepaired"`
 	// Open are fleetrepair's repairs still open at the end, as the
 	// controller's ledger would hold them.
-	Open []OpenRepair `json:"open,omitempty"`
-	Notes      []string     `json:"notes,omitempty"`
-	Summary    Summary      `json:"summary"`
+	Open    []OpenRepair `json:"open,omitempty"`
+	Notes   []string     `json:"notes,omitempty"`
+	Summary Summary      `json:"summary"`
 }
 
 // Summary holds the comparison numbers of one policy.
