@@ -20,6 +20,7 @@ import (
 	"github.com/fleetrepair/fleetrepair/controller/runner"
 	"github.com/fleetrepair/fleetrepair/controller/store"
 	"github.com/fleetrepair/fleetrepair/test/envtest"
+	"github.com/fleetrepair/fleetrepair/test/expect"
 	"github.com/fleetrepair/fleetrepair/test/karpentersim"
 	"github.com/fleetrepair/fleetrepair/test/pgtest"
 )
@@ -123,16 +124,7 @@ func haRun(t *testing.T, point string) {
 		t.Fatalf("replacements = %d, want 1", len(reps))
 	}
 	rs, _, _ := b.Store.ListRepairs(ctx, store.RepairFilter{Node: "gpu-1"})
-	audit, _ := b.Store.RepairAudit(ctx, rs[0].ID)
-	var path []ledger.State
-	for _, e := range audit {
-		if e.From != e.To {
-			path = append(path, e.To)
-		}
-	}
-	if fmt.Sprint(path) != "[detected quarantined tolerating deleting replaced]" {
-		t.Fatalf("audit path = %v", path)
-	}
+	expect.ExpectAuditPath(t, b.Store, rs[0].ID, ledger.Detected, ledger.Quarantined, ledger.Tolerating, ledger.Deleting, ledger.Replaced)
 }
 
 // waitLeading waits until the controller does (or does not) lead the cluster.
