@@ -319,7 +319,7 @@ func (r *replay) pass(now time.Time) bool {
 		if n.rp != nil || n.head.Severity == catalog.SeverityCondition {
 			open = true
 		}
-		if n.gone || len(n.diags) == 0 && n.rp == nil {
+		if n.gone || len(n.diags) == 0 && n.rp == nil && !n.dirty { // a throttled node stays until diagnosed
 			delete(r.active, n)
 			r.activeChanged = true
 		}
