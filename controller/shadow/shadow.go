@@ -22,7 +22,7 @@
 // controller/repair where they differ (docs/shadow.md lists every
 // difference).
 //
-// Run reads the store (ListClusters, ListNodes, FindingsForNode) and is
+// Run reads the store (ListClusters, ListNodes, FindingsForNodeRange) and is
 // otherwise pure: no wall clock, no goroutines outlive it, deterministic for
 // a given database content.
 package shadow
@@ -88,7 +88,7 @@ const (
 // same values it gives controller/repair.
 type Config struct {
 	// Store is read: ListClusters (budgets), ListNodes (cohort
-	// attributes, NodeClaim), FindingsForNode. Required.
+	// attributes, NodeClaim), FindingsForNodeRange. Required.
 	Store *store.Store
 	// Engine is the diagnosis engine. Required.
 	Engine *diagnose.Engine
@@ -452,7 +452,7 @@ func (n *node) load(ctx context.Context, st *store.Store, from, until time.Time,
 		prev = n.joinAt
 	}
 	for {
-		page, err := st.FindingsForNode(ctx, n.cluster, n.name, cursor, store.MaxFindingsLimit)
+		page, err := st.FindingsForNodeRange(ctx, n.cluster, n.name, cursor, until, store.MaxFindingsLimit)
 		if err != nil {
 			return err
 		}
