@@ -80,11 +80,14 @@ func Signals(ds []diagnose.Diagnosis, now time.Time) []breaker.Signal {
 
 // AppendSignals is Signals appending to dst (replays reuse one buffer).
 func AppendSignals(dst []breaker.Signal, ds []diagnose.Diagnosis, now time.Time) []breaker.Signal {
+	var cluster, name, node string // one name per run of a node's diagnoses
 	for _, d := range ds {
 		if !IsSignal(d.FaultClass, d.Severity) {
 			continue
 		}
-		node := NodeName(d.Cluster, d.Node)
+		if node == "" || d.Cluster != cluster || d.Node != name {
+			cluster, name, node = d.Cluster, d.Node, NodeName(d.Cluster, d.Node)
+		}
 		dst = append(dst, breaker.Signal{Node: node, At: d.LastSeen})
 		if d.Severity == catalog.SeverityCondition {
 			dst = append(dst, breaker.Signal{Node: node, At: now, Ongoing: true})

@@ -100,7 +100,7 @@ func TestBudgetAllows(t *testing.T) {
 }
 
 // openZone is a breaker state with zone=z1 open, evaluated at t0.
-func openZone(t *testing.T) (breaker.State, breaker.Node, breaker.Node) {
+func openZone(t testing.TB) (breaker.State, breaker.Node, breaker.Node) {
 	t.Helper()
 	p, err := breaker.NewPolicy(breaker.Config{})
 	if err != nil {
