@@ -667,6 +667,17 @@ func (r *replay) applyPolicy(ds []diagnose.Diagnosis, nodePool string) []diagnos
 }
 
 func (r *replay) finish() {
+	for _, n := range r.nodes {
+		if rp := n.rp; rp != nil && rp.state != ledger.Failed {
+			o := Open{Cluster: n.cluster, Node: n.name, Reason: rp.reason, State: string(rp.state),
+				TolerationStartedAt: rp.tolStart, TolerationUntil: rp.tolUntil}
+			if rp.state == ledger.AwaitingApproval {
+				o.HeldBy = rp.heldBy
+			}
+			r.out.Open = append(r.out.Open, o)
+		}
+	}
+	slices.SortStableFunc(r.out.Open, func(a, b Open) int { return a.TolerationStartedAt.Compare(b.TolerationStartedAt) })
 	if r.out.UntimedFindings > 0 {
 		r.note("%d finding(s) have no observation time; each is placed at the time of the finding stored before it (the store does not return receipt times)",
 			r.out.UntimedFindings)

@@ -197,6 +197,9 @@ type Report struct {
 	// Failed are repairs the controller could not execute: no Karpenter
 	// NodeClaim owns the node.
 	Failed []Failed `json:"failed"`
+	// Open are the repairs still open at until, as the ledger would hold
+	// them, oldest first.
+	Open []Open `json:"open,omitempty"`
 	// ByReason counts, per reason code, what happened to its repairs.
 	ByReason map[string]*ReasonCounts `json:"byReason"`
 	// Policy is the policy the replay applied.
@@ -277,6 +280,22 @@ type Failed struct {
 	Reason  string    `json:"reason"`
 	At      time.Time `json:"at"`
 	Why     string    `json:"why"`
+}
+
+// Open is a repair still open at the end of the range.
+type Open struct {
+	Cluster string `json:"cluster"`
+	Node    string `json:"node"`
+	Reason  string `json:"reason"`
+	// State is tolerating, awaiting_approval or approved (failed ones are
+	// in Failed).
+	State string `json:"state"`
+	// TolerationStartedAt is when the repair opened; TolerationUntil when
+	// its toleration ends (or ended: a budget delays it).
+	TolerationStartedAt time.Time `json:"tolerationStartedAt"`
+	TolerationUntil     time.Time `json:"tolerationUntil"`
+	// HeldBy is WhyBreaker or WhyActionNotExecutable while awaiting approval.
+	HeldBy string `json:"heldBy,omitempty"`
 }
 
 // ReasonCounts is what happened to one reason's repairs.

@@ -236,7 +236,6 @@ type simRepair struct {
 
 // The controller's defaults for what a scenario does not set.
 const (
-	simApprovalTTL  = 24 * time.Hour   // repair.Config.ApprovalTTL
 	simDrainPerPass = 1                // repair.Config.DrainPerPass
 	simResync       = 10 * time.Second // repair.Config.Resync
 )
@@ -885,7 +884,7 @@ func (r *replay) fleetRepairStep(t time.Duration, now time.Time, candidates []*s
 		for range 3 { // awaiting_approval -> approved -> executed in one step, as the controller
 			row := decide.Repair{State: rp.state, NodeClaim: "nodeclaim-of-" + n.name, TolerationUntil: rp.tolUntil,
 				HeldBy: rp.heldBy, ReleasedBy: rp.releasedBy, Since: rp.since}
-			f := decide.Facts{Action: n.head.Action, ApprovalTTL: simApprovalTTL, Drain: take}
+			f := decide.Facts{Action: n.head.Action, ApprovalTTL: r.sc.Parameters.ApprovalTTL, Drain: take}
 			if decide.NeedsBreakers(row) {
 				f.BreakerAllows, _ = breaker.Allows(r.bstate, breaker.Node{Name: n.name, Attrs: n.attrs})
 			}
@@ -912,7 +911,7 @@ func (r *replay) fleetRepairStep(t time.Duration, now time.Time, candidates []*s
 			case ledger.Approved: // released by the controller: the guards again
 				continue
 			default: // expired (nobody approves): the next step opens a new repair
-				r.endPause(n, t, "expired: no approval within "+simApprovalTTL.String())
+				r.endPause(n, t, "expired: no approval within "+r.sc.Parameters.ApprovalTTL.String())
 				n.rp, n.state = nil, ""
 			}
 			break

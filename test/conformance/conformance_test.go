@@ -70,8 +70,10 @@ type Case struct {
 	Pools []Pool
 	// DeletionsPerHour is the cluster's budget (0: the schema default, 10).
 	DeletionsPerHour int
-	Inject           []Inject
-	End              time.Duration
+	// ApprovalTTL is how long a repair awaits approval (0: 24h).
+	ApprovalTTL time.Duration
+	Inject      []Inject
+	End         time.Duration
 	// Want is the outcome of each named node; every other node must end
 	// None.
 	Want map[string]Outcome
@@ -226,6 +228,14 @@ func conform(t *testing.T, call Caller) {
 			}
 		})
 	}
+}
+
+// approvalTTL is c.ApprovalTTL or the controller's default.
+func (c Case) approvalTTL() time.Duration {
+	if c.ApprovalTTL > 0 {
+		return c.ApprovalTTL
+	}
+	return 24 * time.Hour
 }
 
 func orNone(o Outcome) Outcome {

@@ -66,7 +66,7 @@ func live(t *testing.T, c Case) map[string]Outcome {
 	}
 	clk := &fakeClock{t: t0}
 	rec, err := repair.New(repair.Config{Store: st, Engine: eng, Clusters: map[string]*kube.Cluster{"c1": kube.New("c1", cl)},
-		Breaker: bp, Resync: resync, Now: clk.Now})
+		Breaker: bp, Resync: resync, ApprovalTTL: c.approvalTTL(), Now: clk.Now})
 	if err != nil {
 		t.Fatal(err)
 	}

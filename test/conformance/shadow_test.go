@@ -88,44 +88,25 @@ func replayed(t *testing.T, c Case) map[string]Outcome {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep, err := shadow.Run(context.Background(), shadow.Config{Store: st, Engine: eng, Breaker: bp, Resync: resync}, t0, t0.Add(c.End))
+	rep, err := shadow.Run(context.Background(), shadow.Config{Store: st, Engine: eng, Breaker: bp, Resync: resync, ApprovalTTL: c.approvalTTL()}, t0, t0.Add(c.End))
 	if err != nil {
 		t.Fatal(err)
 	}
 	out := map[string]Outcome{}
-	for _, d := range rep.BudgetDelays {
-		out[d.Node] = Delayed
-	}
-	for _, a := range rep.ApprovalsNeeded {
-		if a.Outcome != shadow.OutcomePending {
-			continue
-		}
-		out[a.Node] = HeldByAction
-		if a.Why == shadow.WhyBreaker {
-			out[a.Node] = HeldByBreaker
+	for _, o := range rep.Open {
+		switch {
+		case o.HeldBy == shadow.WhyBreaker:
+			out[o.Node] = HeldByBreaker
+		case o.HeldBy == shadow.WhyActionNotExecutable:
+			out[o.Node] = HeldByAction
+		case !t0.Add(c.End).Before(o.TolerationUntil):
+			out[o.Node] = Delayed
+		default:
+			out[o.Node] = Tolerating
 		}
 	}
 	for _, d := range rep.Deletions {
 		out[d.Node] = Deleted
 	}
-	// A repair opened and still inside its toleration is in no list of
-	// the report: the node's open condition is all there is to see.
-	for _, in := range c.Inject {
-		for _, n := range in.Nodes {
-			if _, ok := out[n]; !ok && tolerating(rep, in, c.End) {
-				out[n] = Tolerating
-			}
-		}
-	}
 	return out
-}
-
-// tolerating reports whether a condition injected by in is still inside
-// the catalog's 10-minute hardware toleration at end, with a repair opened.
-func tolerating(rep *shadow.Report, in Inject, end time.Duration) bool {
-	opened := 0
-	for _, c := range rep.ByReason {
-		opened += c.Repairs
-	}
-	return opened > 0 && end-in.At < 10*time.Minute
 }

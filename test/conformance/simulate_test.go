@@ -20,7 +20,7 @@ func TestSimulator(t *testing.T) { conform(t, simulated) }
 func simulated(t *testing.T, c Case) map[string]Outcome {
 	t.Helper()
 	var b strings.Builder
-	fmt.Fprintf(&b, "scenario: conformance\nparameters: {tick: %s, end: %s", resync, c.End)
+	fmt.Fprintf(&b, "scenario: conformance\nparameters: {tick: %s, end: %s, approval_ttl: %s", resync, c.End, c.approvalTTL())
 	if c.DeletionsPerHour > 0 {
 		fmt.Fprintf(&b, ", deletions_per_hour: %d", c.DeletionsPerHour)
 	}
