@@ -59,9 +59,21 @@ type Pool struct {
 // is written as the case corpus and the simulator write them
 // (simulate.FindingFromSpec).
 type Inject struct {
-	At       time.Duration
-	Nodes    []string
+	At    time.Duration
+	Nodes []string
+	// Boot is the nodes' boot number: a higher one than their last
+	// injection's means they rebooted just before (the simulator's recover
+	// step, method reboot).
+	Boot     int
 	Findings []map[string]any
+}
+
+// bootID is the boot ID of a node's boot number.
+func bootID(node string, boot int) string {
+	if boot == 0 {
+		return "boot-" + node
+	}
+	return fmt.Sprintf("boot-%s-%d", node, boot)
 }
 
 // Case is one rule.
@@ -118,6 +130,8 @@ var (
 	appXid  = map[string]any{"detector": "xid", "xid": 13.0, "gpu_pci": "0000:4e:00.0"}  // app-error, event
 	infoXid = map[string]any{"detector": "xid", "xid": 92.0, "gpu_pci": "0000:4e:00.0"}  // fault class none, event
 	unreg   = map[string]any{"detector": "nodeclaim-status", "registered": "False"}      // provisioning, severity none
+	// driver is the driver banner a node logs at every boot.
+	driver = map[string]any{"detector": "driver-version", "value": "570.133.20"}
 )
 
 // zoneFleet: ten nodes in z1 (n1..n10), forty in z2 (n11..n50): six of
@@ -146,6 +160,38 @@ var Cases = []Case{
 		Inject: []Inject{{At: time.Minute, Nodes: []string{"n3"}, Findings: []map[string]any{gpuHang}}},
 		End:    45 * time.Minute,
 		Want:   map[string]Outcome{"n3": HeldByAction},
+	},
+	{
+		Name:        "an approval not given in time expires, and the condition opens a new repair",
+		Pools:       []Pool{{Name: "gpu", Prefix: "n", Zones: map[string]int{"z1": 4}}},
+		ApprovalTTL: 30 * time.Minute,
+		Inject:      []Inject{{At: time.Minute, Nodes: []string{"n3"}, Findings: []map[string]any{gpuHang}}},
+		// Awaiting approval from 11m, expired at 41m, a new repair tolerating.
+		End:  45 * time.Minute,
+		Want: map[string]Outcome{"n3": Tolerating},
+	},
+	{
+		Name:  "a fault that returns after its remedy escalates and skips the toleration",
+		Pools: []Pool{{Name: "gpu", Prefix: "n", Zones: map[string]int{"z1": 4}}},
+		Inject: []Inject{
+			{At: time.Minute, Nodes: []string{"n3"}, Findings: []map[string]any{gpuHang}},
+			// On-call reset it by hand (a reboot): the condition clears.
+			{At: 15 * time.Minute, Nodes: []string{"n3"}, Boot: 1, Findings: []map[string]any{driver}},
+			// The hang returns on the same GPU: replace, at once.
+			{At: 20 * time.Minute, Nodes: []string{"n3"}, Boot: 1, Findings: []map[string]any{gpuHang}},
+		},
+		End:  21 * time.Minute,
+		Want: map[string]Outcome{"n3": Deleted},
+	},
+	{
+		Name:  "a condition that clears resolves its repair",
+		Pools: []Pool{{Name: "gpu", Prefix: "n", Zones: map[string]int{"z1": 4}}},
+		Inject: []Inject{
+			{At: time.Minute, Nodes: []string{"n3"}, Findings: []map[string]any{gpuHang}},
+			{At: 15 * time.Minute, Nodes: []string{"n3"}, Boot: 1, Findings: []map[string]any{driver}},
+		},
+		End:  21 * time.Minute,
+		Want: map[string]Outcome{},
 	},
 	{
 		Name:   "an application error opens no repair",

@@ -47,11 +47,12 @@ func storedFleet(t *testing.T, c Case) *store.Store {
 
 // findings turns an injection into the findings one node reports at `at`.
 func findings(in Inject, node string, at time.Time, seq *uint64) []finding.Finding {
+	boot := bootID(node, in.Boot)
 	var out []finding.Finding
 	for _, spec := range in.Findings {
 		*seq++
 		f := simulate.FindingFromSpec(spec)
-		f.Node, f.BootID, f.Time, f.Seq = node, "boot-"+node, at, *seq
+		f.Node, f.BootID, f.Time, f.Seq = node, boot, at, *seq
 		f.Evidence = []string{fmt.Sprintf("%v", spec)}
 		f.ID = finding.NewID(f)
 		out = append(out, f)
@@ -62,7 +63,11 @@ func findings(in Inject, node string, at time.Time, seq *uint64) []finding.Findi
 // report ingests one agent report from node, received at `at`.
 func report(t *testing.T, st *store.Store, node string, at time.Time, fs []finding.Finding) {
 	t.Helper()
-	r := finding.Report{SchemaVersion: finding.SchemaVersion, Cluster: "c1", Node: node, BootID: "boot-" + node,
+	boot := bootID(node, 0)
+	if len(fs) > 0 {
+		boot = fs[0].BootID
+	}
+	r := finding.Report{SchemaVersion: finding.SchemaVersion, Cluster: "c1", Node: node, BootID: boot,
 		AgentVersion: "v0.1.0", SentAt: at, Findings: fs,
 		Heartbeat: &finding.Heartbeat{DriverVersion: "570.133.20", KernelVersion: "6.8.0", GPUCount: 8}}
 	if _, err := st.IngestReport(context.Background(), r, at); err != nil {

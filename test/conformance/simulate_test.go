@@ -31,7 +31,14 @@ func simulated(t *testing.T, c Case) map[string]Outcome {
 			strings.ReplaceAll(strings.TrimSpace(string(zones)), "\n", ", "))
 	}
 	b.WriteString("timeline:\n")
+	boots := map[string]int{}
 	for _, in := range c.Inject {
+		for _, n := range in.Nodes {
+			if in.Boot > boots[n] {
+				boots[n] = in.Boot
+				fmt.Fprintf(&b, "  - {at: %s, kind: recover, select: {nodes: [%q]}, method: reboot}\n", in.At, n)
+			}
+		}
 		fs, err := yaml.Marshal(in.Findings)
 		if err != nil {
 			t.Fatal(err)
