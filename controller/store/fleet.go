@@ -1,0 +1,213 @@
+package store
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// NodeFilter selects nodes for NodePage; zero fields do not filter.
+type NodeFilter struct {
+	Cluster, NodePool, Zone string
+	// Search keeps nodes whose name contains it (case-insensitive).
+	Search string
+	// Health keeps nodes by the stored part of their health: "failing" (an
+	// active condition-severity diagnosis), "silent" (no report since
+	// StaleBefore, or never), "attention" (either), "ok" (neither).
+	Health string
+	// StaleBefore is the silence cutoff of Health: an agent whose last
+	// report is older is silent. Required with Health.
+	StaleBefore time.Time
+	// After continues a listing: only nodes after (cluster, name), the
+	// NextCluster/NextName of the previous page.
+	AfterCluster, AfterName string
+	// Limit is the page size: <= 0 means DefaultListLimit, at most MaxListLimit.
+	Limit int
+}
+
+// Node health filters of NodeFilter.Health.
+const (
+	NodeHealthFailing   = "failing"
+	NodeHealthSilent    = "silent"
+	NodeHealthAttention = "attention"
+	NodeHealthOK        = "ok"
+)
+
+// NodeRow is a node with the active condition-severity diagnosis that makes
+// it failing (ActiveReason, "" when none) and its open repair (0 when none).
+type NodeRow struct {
+	Node
+	ActiveReason string
+	OpenRepairID int64
+	OpenRepair   string // state of the open repair, "" when none
+}
+
+const sqlNodeActive = `
+(SELECT d.reason FROM diagnoses d WHERE d.cluster = n.cluster AND d.node = n.name AND d.active
+   AND d.severity = 'condition' ORDER BY d.first_seen LIMIT 1)`
+
+// NodePage returns one page of the nodes matching f, by cluster and name, and
+// whether a next page exists (continue with the last row's cluster and name).
+// Pagination is by keyset on (cluster, name). An unknown Health is ErrInvalid.
+func (s *Store) NodePage(ctx context.Context, f NodeFilter) (rows []NodeRow, more bool, err error) {
+	limit := f.Limit
+	if limit <= 0 {
+		limit = DefaultListLimit
+	}
+	limit = min(limit, MaxListLimit)
+	var (
+		where []string
+		args  []any
+	)
+	add := func(cond string, vs ...any) {
+		for _, v := range vs {
+			args = append(args, v)
+			cond = strings.Replace(cond, "?", "$"+strconv.Itoa(len(args)), 1)
+		}
+		where = append(where, cond)
+	}
+	if f.Cluster != "" {
+		add("n.cluster = ?", f.Cluster)
+	}
+	if f.NodePool != "" {
+		add("n.nodepool = ?", f.NodePool)
+	}
+	if f.Zone != "" {
+		add("n.zone = ?", f.Zone)
+	}
+	if f.Search != "" {
+		add("strpos(lower(n.name), lower(?)) > 0", f.Search)
+	}
+	failing := "EXISTS (SELECT 1 FROM diagnoses d WHERE d.cluster = n.cluster AND d.node = n.name AND d.active AND d.severity = 'condition')"
+	switch f.Health {
+	case "":
+	case NodeHealthFailing:
+		add(failing)
+	case NodeHealthSilent:
+		add("(n.last_seen IS NULL OR n.last_seen < ?)", f.StaleBefore)
+	case NodeHealthAttention:
+		add("(n.last_seen IS NULL OR n.last_seen < ? OR "+failing+")", f.StaleBefore)
+	case NodeHealthOK:
+		add("(n.last_seen >= ? AND NOT "+failing+")", f.StaleBefore)
+	default:
+		return nil, false, invalidf("list nodes: health %q is not failing, silent, attention or ok", f.Health)
+	}
+	if f.AfterCluster != "" || f.AfterName != "" {
+		add("(n.cluster, n.name) > (?, ?)", f.AfterCluster, f.AfterName)
+	}
+	q := "SELECT " + prefixed("n.", nodeCols) + ", COALESCE(" + sqlNodeActive + ", ''), " +
+		"COALESCE(r.id, 0), COALESCE(r.state, '') FROM nodes n " +
+		"LEFT JOIN repairs r ON r.cluster = n.cluster AND r.node = n.name AND r.closed_at IS NULL"
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	args = append(args, limit+1)
+	q += " ORDER BY n.cluster, n.name LIMIT $" + strconv.Itoa(len(args))
+	pr, _ := s.pool.Query(ctx, q, args...)
+	rows, err = pgx.CollectRows(pr, func(row pgx.CollectableRow) (NodeRow, error) {
+		var nr NodeRow
+		n, err := scanNodeWith(row, &nr.ActiveReason, &nr.OpenRepairID, &nr.OpenRepair)
+		nr.Node = n
+		return nr, err
+	})
+	if err != nil {
+		return nil, false, errorf(err, "list nodes")
+	}
+	if len(rows) > limit {
+		return rows[:limit], true, nil
+	}
+	return rows, false, nil
+}
+
+func prefixed(p, cols string) string {
+	parts := strings.Split(cols, ",")
+	for i, c := range parts {
+		parts[i] = p + strings.TrimSpace(c)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// NodePoolSummary counts one NodePool's nodes by stored health: Failing have
+// an active condition-severity diagnosis, Silent sent no report since the
+// cutoff (and are not failing), the rest are OK. NodePool "" holds nodes
+// whose NodePool is unknown.
+type NodePoolSummary struct {
+	Cluster, NodePool    string
+	Nodes                int
+	Failing, Silent, OK  int
+	Deleting, Held, Open int // open repairs: in state deleting, awaiting_approval, any open state
+}
+
+const sqlFleetSummary = `
+WITH f AS (
+  SELECT n.cluster, n.nodepool,
+         EXISTS (SELECT 1 FROM diagnoses d WHERE d.cluster = n.cluster AND d.node = n.name AND d.active AND d.severity = 'condition') AS failing,
+         (n.last_seen IS NULL OR n.last_seen < $1) AS silent
+  FROM nodes n
+), r AS (
+  SELECT cluster, nodepool, count(*) FILTER (WHERE state = 'deleting') AS deleting,
+         count(*) FILTER (WHERE state = 'awaiting_approval') AS held, count(*) AS open
+  FROM repairs WHERE closed_at IS NULL GROUP BY cluster, nodepool
+), g AS (
+  SELECT cluster, nodepool, count(*) AS nodes, count(*) FILTER (WHERE failing) AS failing,
+         count(*) FILTER (WHERE silent AND NOT failing) AS silent, count(*) FILTER (WHERE NOT silent AND NOT failing) AS ok
+  FROM f GROUP BY cluster, nodepool
+)
+SELECT COALESCE(g.cluster, r.cluster), COALESCE(g.nodepool, r.nodepool), COALESCE(g.nodes, 0), COALESCE(g.failing, 0),
+       COALESCE(g.silent, 0), COALESCE(g.ok, 0), COALESCE(r.deleting, 0), COALESCE(r.held, 0), COALESCE(r.open, 0)
+FROM g FULL JOIN r ON r.cluster = g.cluster AND r.nodepool = g.nodepool
+ORDER BY 1, 2`
+
+// FleetSummary returns every NodePool's node counts by health (agents silent
+// since before staleBefore count as silent) and open repairs, by cluster and
+// NodePool.
+func (s *Store) FleetSummary(ctx context.Context, staleBefore time.Time) ([]NodePoolSummary, error) {
+	rows, _ := s.pool.Query(ctx, sqlFleetSummary, staleBefore)
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (NodePoolSummary, error) {
+		var p NodePoolSummary
+		err := row.Scan(&p.Cluster, &p.NodePool, &p.Nodes, &p.Failing, &p.Silent, &p.OK, &p.Deleting, &p.Held, &p.Open)
+		return p, err
+	})
+	if err != nil {
+		return nil, errorf(err, "summarize fleet")
+	}
+	return out, nil
+}
+
+// BudgetUsage is a cluster's deletion budget for the sliding hour ending at
+// the time asked: the limits of its cluster row and how much of them the
+// live (not dry-run) repairs have spent, counted from the audit like
+// BeginDeletion counts them.
+type BudgetUsage struct {
+	Cluster                  string
+	DeletionsPerHour         int
+	DeletionsLastHour        int
+	NodePoolDeletionsPerHour int
+	MaxInFlightPerNodePool   int
+}
+
+// Left is how many more deletions the cluster may start this hour (never negative).
+func (b BudgetUsage) Left() int { return max(0, b.DeletionsPerHour-b.DeletionsLastHour) }
+
+const sqlBudgetUsage = `
+SELECT c.name, c.deletions_per_hour, c.nodepool_deletions_per_hour, c.max_in_flight_per_nodepool,
+       (SELECT count(DISTINCT a.repair_id) FROM repair_audit a JOIN repairs r ON r.id = a.repair_id
+        WHERE a.to_state = 'deleting' AND a.at > $1 AND r.cluster = c.name AND NOT r.dry_run)
+FROM clusters c ORDER BY c.name`
+
+// BudgetUsages returns every cluster's deletion budget for the hour before now.
+func (s *Store) BudgetUsages(ctx context.Context, now time.Time) ([]BudgetUsage, error) {
+	rows, _ := s.pool.Query(ctx, sqlBudgetUsage, now.Add(-time.Hour))
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (BudgetUsage, error) {
+		var b BudgetUsage
+		err := row.Scan(&b.Cluster, &b.DeletionsPerHour, &b.NodePoolDeletionsPerHour, &b.MaxInFlightPerNodePool, &b.DeletionsLastHour)
+		return b, err
+	})
+	if err != nil {
+		return nil, errorf(err, "read deletion budgets")
+	}
+	return out, nil
+}
