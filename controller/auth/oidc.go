@@ -59,7 +59,9 @@ func (c OIDCConfig) Validate() error {
 // approver, else viewer (any human when ViewerGroups is empty). It returns
 // an error wrapping ErrForbidden when no role applies.
 func (c OIDCConfig) RoleFor(groups []string) (Role, error) {
-	in := func(list []string) bool { return slices.ContainsFunc(groups, func(g string) bool { return slices.Contains(list, g) }) }
+	in := func(list []string) bool {
+		return slices.ContainsFunc(groups, func(g string) bool { return slices.Contains(list, g) })
+	}
 	switch {
 	case in(c.AdminGroups):
 		return RoleAdmin, nil
