@@ -205,7 +205,7 @@ func (d *dashboard) killSwitch(w http.ResponseWriter, r *http.Request) {
 			d.fail(w, r, http.StatusBadRequest, "invalid request", "reason: required")
 			return
 		}
-		d.render(w, r, http.StatusOK, "confirm", map[string]any{"KillSwitch": want, "On": on, "Reason": reason},
+		d.render(w, r, http.StatusOK, "killswitch", map[string]any{"KillSwitch": want, "On": on, "Reason": reason},
 			func(p *page) { p.Title = "Kill switch " + want + "?" })
 		return
 	}

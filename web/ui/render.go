@@ -123,7 +123,9 @@ func (d *dashboard) parse() error {
 func (d *dashboard) render(w http.ResponseWriter, r *http.Request, status int, name string, data any, opts ...func(*page)) {
 	p := page{Name: name, Title: name, DevLogin: d.cfg.DevLogin, Now: d.cfg.Now(), Data: data}
 	p.Operator, p.LoggedIn = auth.OperatorFrom(r.Context())
-	if p.LoggedIn {
+	// A live page's poll (htmx targets #live) must not take the flash meant
+	// for the page the browser is about to load.
+	if p.LoggedIn && r.Header.Get("HX-Target") != "live" {
 		p.Flash = d.cfg.Sessions.Pop(r.Context(), "flash")
 	}
 	for _, o := range opts {
