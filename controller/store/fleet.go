@@ -211,3 +211,20 @@ func (s *Store) BudgetUsages(ctx context.Context, now time.Time) ([]BudgetUsage,
 	}
 	return out, nil
 }
+
+// HeldSince returns when each of the repairs last entered awaiting_approval,
+// from the audit; repairs that never did are absent.
+func (s *Store) HeldSince(ctx context.Context, ids []int64) (map[int64]time.Time, error) {
+	rows, _ := s.pool.Query(ctx, `SELECT repair_id, max(at) FROM repair_audit
+WHERE repair_id = ANY ($1) AND to_state = 'awaiting_approval' GROUP BY repair_id`, ids)
+	out := map[int64]time.Time{}
+	var (
+		id int64
+		at time.Time
+	)
+	_, err := pgx.ForEachRow(rows, []any{&id, &at}, func() error { out[id] = at.UTC(); return nil })
+	if err != nil {
+		return nil, errorf(err, "read when repairs were held")
+	}
+	return out, nil
+}

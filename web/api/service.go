@@ -371,8 +371,9 @@ type ApprovalGroup struct {
 // HeldRepair is a repair awaiting approval with its age and expiry.
 type HeldRepair struct {
 	Repair
-	// HeldSince is when it entered awaiting_approval (its last update);
-	// ExpiresAt when it expires without a decision (ApprovalTTL later).
+	// HeldSince is when it last entered awaiting_approval (the audit);
+	// ExpiresAt when the reconciler expires it without a decision
+	// (ApprovalTTL after its last update).
 	HeldSince time.Time `json:"heldSince"`
 	ExpiresAt time.Time `json:"expiresAt"`
 }
@@ -400,6 +401,14 @@ func (sv *Service) Approvals(ctx context.Context) (Approvals, error) {
 	if len(rs) > store.MaxListLimit {
 		rs, out.More = rs[:store.MaxListLimit], true
 	}
+	ids := make([]int64, len(rs))
+	for i, rp := range rs {
+		ids[i] = rp.ID
+	}
+	since, err := s.cfg.Store.HeldSince(ctx, ids)
+	if err != nil {
+		return Approvals{}, err
+	}
 	nodes := map[string]store.Node{}
 	groups := map[string]*ApprovalGroup{}
 	var order []string
@@ -410,7 +419,12 @@ func (sv *Service) Approvals(ctx context.Context) (Approvals, error) {
 			groups[key] = &g
 			order = append(order, key)
 		}
-		groups[key].Repairs = append(groups[key].Repairs, HeldRepair{Repair: toRepair(rp), HeldSince: rp.UpdatedAt,
+		held, ok := since[rp.ID]
+		if !ok {
+			held = rp.UpdatedAt
+		}
+		// The reconciler expires a held repair ApprovalTTL after its last update.
+		groups[key].Repairs = append(groups[key].Repairs, HeldRepair{Repair: toRepair(rp), HeldSince: held,
 			ExpiresAt: rp.UpdatedAt.Add(s.approvalTTL())})
 	}
 	slices.SortStableFunc(order, func(a, b string) int {

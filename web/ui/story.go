@@ -61,12 +61,17 @@ func repairStory(rd api.RepairDetail, cat *catalog.Catalog) repairData {
 		}
 	}
 	out.Timeline = steps
-	if len(steps) > 0 {
+	// Findings without a kernel timestamp sort first and do not start the clock.
+	for _, st := range steps {
+		if st.At.IsZero() {
+			continue
+		}
 		end := rd.Repair.UpdatedAt
 		if rd.Repair.ClosedAt != nil {
 			end = *rd.Repair.ClosedAt
 		}
-		out.Total = end.Sub(steps[0].At)
+		out.Total = end.Sub(st.At)
+		break
 	}
 	return out
 }
