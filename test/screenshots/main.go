@@ -11,6 +11,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -38,6 +39,18 @@ func run(ctx context.Context) error {
 	chrome, err := exec.LookPath("chromium")
 	if err != nil {
 		return errors.New("needs Chromium: apt-get install -y chromium")
+	}
+	// The demo starts PostgreSQL first: wait for the controller.
+	for up := time.Now().Add(time.Minute); ; {
+		resp, err := http.Get(*base + "/livez")
+		if err == nil {
+			resp.Body.Close()
+			break
+		}
+		if time.Now().After(up) {
+			return fmt.Errorf("the demo at %s did not come up: %w", *base, err)
+		}
+		time.Sleep(500 * time.Millisecond)
 	}
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		return fmt.Errorf("create %s: %w", *out, err)
