@@ -192,11 +192,18 @@ type BudgetUsage struct {
 // Left is how many more deletions the cluster may start this hour (never negative).
 func (b BudgetUsage) Left() int { return max(0, b.DeletionsPerHour-b.DeletionsLastHour) }
 
+// Counted per cluster in one join driven by the partial index on deleting
+// audit entries: no correlated subquery, so a planner without statistics
+// (fresh tables) cannot turn it into a quadratic join filter.
 const sqlBudgetUsage = `
-SELECT c.name, c.deletions_per_hour, c.nodepool_deletions_per_hour, c.max_in_flight_per_nodepool,
-       (SELECT count(DISTINCT a.repair_id) FROM repair_audit a JOIN repairs r ON r.id = a.repair_id
-        WHERE a.to_state = 'deleting' AND a.at > $1 AND r.cluster = c.name AND NOT r.dry_run)
-FROM clusters c ORDER BY c.name`
+WITH spent AS (
+  SELECT r.cluster, count(DISTINCT r.id) AS n
+  FROM repair_audit a JOIN repairs r ON r.id = a.repair_id
+  WHERE a.to_state = 'deleting' AND a.at > $1 AND NOT r.dry_run
+  GROUP BY r.cluster
+)
+SELECT c.name, c.deletions_per_hour, c.nodepool_deletions_per_hour, c.max_in_flight_per_nodepool, COALESCE(s.n, 0)
+FROM clusters c LEFT JOIN spent s ON s.cluster = c.name ORDER BY c.name`
 
 // BudgetUsages returns every cluster's deletion budget for the hour before now.
 func (s *Store) BudgetUsages(ctx context.Context, now time.Time) ([]BudgetUsage, error) {

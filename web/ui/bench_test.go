@@ -89,6 +89,21 @@ func BenchmarkPages(b *testing.B) {
 		b.Fatal(err)
 	}
 	op := auth.Operator{Name: "bench", Role: auth.RoleApprover}
+	// The reads alone, to tell the database's share from the rendering's.
+	reads := map[string]func() error{
+		"read-fleet":     func() error { _, err := svc.Fleet(ctx); return err },
+		"read-nodes":     func() error { _, err := svc.Nodes(ctx, api.NodeQuery{Health: "attention", Limit: 50}); return err },
+		"read-approvals": func() error { _, err := svc.Approvals(ctx); return err },
+	}
+	for _, name := range []string{"read-fleet", "read-nodes", "read-approvals"} {
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				if err := reads[name](); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 	for _, path := range []string{"/fleet", "/approvals"} {
 		b.Run(path[1:], func(b *testing.B) {
 			var took []time.Duration
