@@ -261,13 +261,28 @@ func TestBrowser(t *testing.T) {
 		}
 	})
 
-	// A fresh held repair for the viewer to (not) act on.
+	// A fresh held repair for the viewer to (not) act on; the open fleet
+	// page shows it without a reload.
+	do(t, ctx, chromedp.Navigate(e.srv.URL+"/fleet"), chromedp.WaitVisible("#awaiting-count"))
+	if got := text(t, ctx, "#awaiting-count"); got != "0" {
+		t.Fatalf("fleet page: %s awaiting approval, want 0", got)
+	}
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[int](`window.notReloaded = 1`)); err != nil {
+		t.Fatal(err)
+	}
 	rp, _, err := e.st.OpenRepair(context.Background(), store.Repair{Cluster: "c1", Node: "gpu-4", NodeClaim: "nc-gpu-4", NodePool: "gpu",
 		Reason: "GPULost", FaultClass: "accelerated-hardware", RecommendedAction: "replace", State: ledger.AwaitingApproval,
 		Detail: map[string]any{"held_by": "action"}}, "controller", "held", e.now)
 	if err != nil {
 		t.Fatal(err)
 	}
+
+	t.Run("open page updates live", func(t *testing.T) {
+		if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.getElementById("awaiting-count").innerText.trim() === "1" && window.notReloaded === 1`,
+			chromedp.WithPollingTimeout(10*time.Second))); err != nil {
+			t.Fatalf("the fleet page did not show the new held repair without a reload: %v; the page:\n%s", err, dump(ctx))
+		}
+	})
 
 	t.Run("viewer sees no buttons and a forged POST is 403", func(t *testing.T) {
 		do(t, ctx, chromedp.Click(`header form.who button`), chromedp.WaitVisible("#oidc-login"))
