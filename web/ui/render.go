@@ -66,22 +66,13 @@ func (d *dashboard) funcs() template.FuncMap {
 			}
 			return *t
 		},
-		"between": func(a, b time.Time) string {
-			if a.IsZero() || b.IsZero() {
-				return ""
-			}
-			return human(b.Sub(a))
-		},
 		"explain": api.ExplainBreaker,
 		"pct":     func(a, b int) int { return a * 100 / max(b, 1) },
 		"join":    strings.Join,
-		"path":    func(s string) string { return strings.ReplaceAll(urlPathEscape(s), "%2F", "/") },
 		"cohorts": func(st breaker.State) []string { return st.OpenCohorts() },
 		"cohort":  func(st breaker.State, c string) breaker.Breaker { return st.Cohorts[c] },
 	}
 }
-
-func urlPathEscape(s string) string { return template.URLQueryEscaper(s) }
 
 // human writes a duration the way an on-call reads it: 45s, 12m, 3h05m, 2d4h.
 func human(d time.Duration) string {

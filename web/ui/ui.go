@@ -15,7 +15,6 @@ import (
 	"context"
 	"crypto/rand"
 	"embed"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"html/template"
@@ -139,7 +138,8 @@ func (d *dashboard) requireLogin(next http.Handler) http.Handler {
 	})
 }
 
-func randomString() string { return base64.RawURLEncoding.EncodeToString([]byte(rand.Text())) }
+// randomString is a 128-bit random value for the login's state and nonce.
+func randomString() string { return rand.Text() }
 
 // safeNext keeps a post-login redirect on this site.
 func safeNext(next string) string {
