@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -232,6 +233,76 @@ WHERE repair_id = ANY ($1) AND to_state = 'awaiting_approval' GROUP BY repair_id
 	_, err := pgx.ForEachRow(rows, []any{&id, &at}, func() error { out[id] = at.UTC(); return nil })
 	if err != nil {
 		return nil, errorf(err, "read when repairs were held")
+	}
+	return out, nil
+}
+
+// ReasonStats is one reason's repairs over a range of days: how many opened
+// each day, and for those replaced, the time from opening (the first
+// condition diagnosis's repair) to the replacement Ready (the last audit
+// entry into replaced), p50 and p90 in seconds.
+type ReasonStats struct {
+	Reason   string
+	PerDay   []int // index 0 is the first day of the range
+	Replaced int
+	P50, P90 float64
+}
+
+// RepairStats returns per reason the repairs opened in the days days ending
+// with now's day (UTC), by reason.
+func (s *Store) RepairStats(ctx context.Context, days int, now time.Time) ([]ReasonStats, error) {
+	if days < 1 || days > 366 {
+		return nil, invalidf("repair stats: days must be 1..366, got %d", days)
+	}
+	first := now.UTC().Truncate(24*time.Hour).AddDate(0, 0, -(days - 1))
+	byReason := map[string]*ReasonStats{}
+	var order []string
+	get := func(reason string) *ReasonStats {
+		if r, ok := byReason[reason]; ok {
+			return r
+		}
+		r := &ReasonStats{Reason: reason, PerDay: make([]int, days)}
+		byReason[reason] = r
+		order = append(order, reason)
+		return r
+	}
+	rows, _ := s.pool.Query(ctx, `SELECT reason, floor(extract(epoch FROM created_at - $1) / 86400)::int, count(*)
+FROM repairs WHERE created_at >= $1 GROUP BY 1, 2 ORDER BY 1, 2`, first)
+	var (
+		reason string
+		day, n int
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&reason, &day, &n}, func() error {
+		if day >= 0 && day < days {
+			get(reason).PerDay[day] = n
+		}
+		return nil
+	}); err != nil {
+		return nil, errorf(err, "count repairs per day")
+	}
+	rows, _ = s.pool.Query(ctx, `
+WITH ready AS (
+  SELECT r.reason, extract(epoch FROM max(a.at) - r.created_at) AS secs
+  FROM repairs r JOIN repair_audit a ON a.repair_id = r.id AND a.to_state = 'replaced'
+  WHERE r.created_at >= $1 GROUP BY r.id, r.reason, r.created_at
+)
+SELECT reason, count(*), percentile_cont(0.5) WITHIN GROUP (ORDER BY secs), percentile_cont(0.9) WITHIN GROUP (ORDER BY secs)
+FROM ready GROUP BY reason ORDER BY reason`, first)
+	var (
+		replaced int
+		p50, p90 float64
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&reason, &replaced, &p50, &p90}, func() error {
+		r := get(reason)
+		r.Replaced, r.P50, r.P90 = replaced, p50, p90
+		return nil
+	}); err != nil {
+		return nil, errorf(err, "time repairs to replacement")
+	}
+	slices.Sort(order)
+	out := make([]ReasonStats, 0, len(order))
+	for _, r := range order {
+		out = append(out, *byReason[r])
 	}
 	return out, nil
 }

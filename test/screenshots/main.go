@@ -77,7 +77,7 @@ func run(ctx context.Context) error {
 		}
 		time.Sleep(2 * time.Second)
 	}
-	pages := map[string]string{"fleet": "/fleet", "approvals": "/approvals", "breakers": "/breakers", "reasons": "/reasons"}
+	pages := map[string]string{"fleet": "/fleet", "approvals": "/approvals", "breakers": "/breakers", "reasons": "/reasons", "history": "/history"}
 	// A repair and a node from the approvals list.
 	link, err := chromedp.Run(bctx, chromedp.Evaluate[string](`fetch("/api/v1/repairs?limit=1").then(r => r.json()).then(p => p.items.length ? p.items[0].id + "|" + p.items[0].cluster + "/" + p.items[0].node : "")`, chromedp.EvalAwaitPromise))
 	if err != nil {

@@ -139,6 +139,7 @@ func (s *server) routes() http.Handler {
 		r.Get("/nodes/{cluster}/{node}", s.getNode)
 		r.Get("/fleet", s.getFleet)
 		r.Get("/approvals", s.getApprovals)
+		r.Get("/stats", s.getStats)
 		r.Get("/reasons", s.reasons)
 		r.Get("/clusters", s.listClusters)
 		r.Get("/breakers", s.getBreakers)

@@ -137,3 +137,32 @@ func TestFleetAndApprovals(t *testing.T) {
 		t.Fatalf("approvals %+v", a)
 	}
 }
+
+func TestStats(t *testing.T) {
+	e := newEnv(t)
+	seedFleet(t, e.st)
+	ctx, now := context.Background(), time.Now()
+	rp, _, err := e.st.OpenRepair(ctx, store.Repair{Cluster: "c1", Node: "n2", NodePool: "gpu", Reason: "GPULost", FaultClass: "gpu-lost",
+		RecommendedAction: "replace", State: ledger.Deleting}, "controller", "bench", now.Add(-10*time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.st.Transition(ctx, store.TransitionRequest{ID: rp.ID, From: ledger.Deleting, To: ledger.Replaced, Actor: "controller", Reason: "gone"}, now); err != nil {
+		t.Fatal(err)
+	}
+	var st api.Stats
+	if code := getJSON(t, e.srv.URL+"/api/v1/stats?days=7", &st); code != http.StatusOK {
+		t.Fatalf("stats: %d", code)
+	}
+	if len(st.Days) != 7 || st.Days[6] != now.UTC().Format("2006-01-02") || len(st.Reasons) != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+	r := st.Reasons[0]
+	if r.Reason != "GPULost" || r.PerDay[6] != 2 || r.Replaced != 1 || r.P50Seconds < 599 || r.P50Seconds > 601 || r.P90Seconds != r.P50Seconds {
+		t.Fatalf("GPULost stats %+v", r)
+	}
+	var eb api.ErrorBody
+	if code := getJSON(t, e.srv.URL+"/api/v1/stats?days=0", &eb); code != http.StatusBadRequest {
+		t.Fatalf("days=0: %d", code)
+	}
+}

@@ -1,7 +1,9 @@
 package ui
 
 import (
+	"encoding/json"
 	"fmt"
+	"html/template"
 	"net/http"
 	"net/url"
 	"slices"
@@ -219,4 +221,27 @@ func (d *dashboard) killSwitch(w http.ResponseWriter, r *http.Request) {
 
 func (d *dashboard) reasons(w http.ResponseWriter, r *http.Request) {
 	d.render(w, r, http.StatusOK, "reasons", d.cfg.API.Catalog(), func(p *page) { p.Title, p.JSON = "Reasons", "/api/v1/reasons" })
+}
+
+// historyData is the history page: GET /api/v1/stats and the same value as
+// JSON for the chart.
+type historyData struct {
+	api.Stats
+	JSON template.JS
+}
+
+func (d *dashboard) history(w http.ResponseWriter, r *http.Request) {
+	st, err := d.cfg.API.Stats(r.Context(), 30)
+	if err != nil {
+		d.failErr(w, r, err)
+		return
+	}
+	b, err := json.Marshal(st)
+	if err != nil {
+		d.failErr(w, r, err)
+		return
+	}
+	d.render(w, r, http.StatusOK, "history", historyData{Stats: st, JSON: template.JS(b)}, func(p *page) {
+		p.Title, p.JSON = "History", "/api/v1/stats?days=30"
+	})
 }

@@ -67,6 +67,14 @@ func (d *dashboard) funcs() template.FuncMap {
 			return *t
 		},
 		"explain": api.ExplainBreaker,
+		"sum": func(xs []int) int {
+			n := 0
+			for _, x := range xs {
+				n += x
+			}
+			return n
+		},
+		"secs": func(s float64) string { return human(time.Duration(s * float64(time.Second))) },
 		"pct":     func(a, b int) int { return a * 100 / max(b, 1) },
 		"join":    strings.Join,
 		"cohorts": func(st breaker.State) []string { return st.OpenCohorts() },

@@ -103,6 +103,7 @@ func Handler(cfg Config) (http.Handler, error) {
 		r.Post("/breakers/resume", d.resume)
 		r.Post("/breakers/kill-switch", d.killSwitch)
 		r.Get("/reasons", d.reasons)
+		r.Get("/history", d.history)
 	})
 	r.NotFound(cfg.APIHandler.ServeHTTP)
 	r.MethodNotAllowed(cfg.APIHandler.ServeHTTP)

@@ -136,3 +136,20 @@ func TestLogoutEndsTheSession(t *testing.T) {
 		t.Fatalf("old session cookie after logout reached %s", resp.Request.URL.Path)
 	}
 }
+
+func TestHistoryPage(t *testing.T) {
+	srv, _ := newPlain(t, true)
+	c := client(t)
+	if code, _ := post(t, c, srv.URL+"/auth/dev", url.Values{"name": {"a"}, "role": {"viewer"}}); code != http.StatusOK {
+		t.Fatalf("login: %d", code)
+	}
+	resp, err := c.Get(srv.URL + "/history")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), `id="chart-data">{"days":[`) || !strings.Contains(string(b), "no repairs in the range") {
+		t.Fatalf("history: %d\n%s", resp.StatusCode, b)
+	}
+}
