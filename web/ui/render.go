@@ -74,7 +74,7 @@ func (d *dashboard) funcs() template.FuncMap {
 			}
 			return n
 		},
-		"secs": func(s float64) string { return human(time.Duration(s * float64(time.Second))) },
+		"secs":    func(s float64) string { return human(time.Duration(s * float64(time.Second))) },
 		"pct":     func(a, b int) int { return a * 100 / max(b, 1) },
 		"join":    strings.Join,
 		"cohorts": func(st breaker.State) []string { return st.OpenCohorts() },
