@@ -157,7 +157,7 @@ func (d *dashboard) loginPage(w http.ResponseWriter, r *http.Request) {
 
 func (d *dashboard) oidcStart(w http.ResponseWriter, r *http.Request) {
 	if d.cfg.OIDC == nil {
-		d.fail(w, r, http.StatusNotFound, "no OIDC login configured", "start the controller with --oidc-issuer, --oidc-client-id and --oidc-redirect-url")
+		d.fail(w, r, http.StatusNotFound, "no OIDC login configured", "start the controller with --oidc-issuer-url, --oidc-client-id, --oidc-redirect-url and --oidc-role")
 		return
 	}
 	state, nonce, verifier := randomString(), randomString(), oauth2.GenerateVerifier()
