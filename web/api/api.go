@@ -110,7 +110,7 @@ func newServer(cfg Config) (*server, error) {
 			Help: "Findings stored for the first time (duplicates excluded)."}),
 	}
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{s.reports, s.findings} {
+		for _, c := range []prometheus.Collector{s.reports, s.findings, newGauges(s)} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("register api metrics: %w", err)
 			}
