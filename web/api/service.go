@@ -176,13 +176,6 @@ type NodeList struct {
 	NextCursor string `json:"nextCursor,omitempty"`
 }
 
-func (s *server) staleAfter() time.Duration {
-	if s.cfg.StaleAfter > 0 {
-		return s.cfg.StaleAfter
-	}
-	return 90 * time.Second
-}
-
 // Nodes returns one page of nodes by cluster and name, keyset-paginated.
 func (sv *Service) Nodes(ctx context.Context, q NodeQuery) (NodeList, error) {
 	s := sv.s
