@@ -12,7 +12,7 @@ import (
 
 // Findings are range-partitioned by received_at, one partition per UTC day
 // named findings_pYYYYMMDD, plus findings_default for anything outside the
-// created days (migrations/00005_findings_partitioned.sql).
+// created days (migrations/00006_findings_partitioned.sql).
 const (
 	// DefaultPartitionsAhead is how many days of partitions MaintainFindings
 	// keeps created beyond today.

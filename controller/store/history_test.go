@@ -121,13 +121,13 @@ func TestMaintainFindings(t *testing.T) {
 }
 
 // TestMigrationPartitionsExistingFindings: migrating a database holding
-// findings up to 00005 keeps every one, in its day's partition, and down
+// findings up to 00006 keeps every one, in its day's partition, and down
 // again keeps them too (of two nodes' findings sharing an ID, the older).
 func TestMigrationPartitionsExistingFindings(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	dsn := pgtest.EmptyDSN(t)
-	if err := store.MigrateTo(ctx, dsn, 4); err != nil {
+	if err := store.MigrateTo(ctx, dsn, 5); err != nil {
 		t.Fatal(err)
 	}
 	s, err := store.Open(ctx, dsn)

@@ -32,6 +32,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fleetrepair/fleetrepair/controller/decide"
 )
 
 // Store is a pool of connections to the controller's database. It is safe
@@ -103,7 +105,7 @@ var (
 	ErrInvalid = errors.New("invalid")
 	// ErrBudgetExceeded: a deletion budget of the cluster is spent; the error
 	// is a *BudgetExceededError carrying the numbers.
-	ErrBudgetExceeded = errors.New("repair budget exceeded")
+	ErrBudgetExceeded = decide.ErrBudgetExceeded
 	// ErrUnavailable: the database could not be reached or could not serve
 	// the request in time (connection refused or lost, server shutting down
 	// or starting, too many connections, out of resources, statement

@@ -1,4 +1,4 @@
--- 00005_findings_partitioned: findings become a table range-partitioned by
+-- 00006_findings_partitioned: findings become a table range-partitioned by
 -- received_at (one partition per UTC day, plus a default partition that
 -- catches anything outside the created days), and a finding's idempotency key
 -- is scoped by node: (cluster, node, id). Before, (cluster, id) made a second
