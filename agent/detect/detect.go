@@ -132,6 +132,8 @@ const (
 	kindXid    groupKind = iota // lines of one multi-line Xid event
 	kindAER                     // lines of one PCIe AER report
 	kindAttach                  // details waiting for the event line of an attach rule
+	kindSXid                    // lines of one NVSwitch SXid event
+	kindStack                   // lines of one kernel report with a stack (hung task, soft lockup, RCU stall)
 )
 
 // group is an event being assembled from several records.
@@ -146,6 +148,7 @@ type group struct {
 	lastT   time.Time       // wall time of its last record, zero unknown
 	records int
 	aer     *aerReport
+	stack   *stackReport
 	done    bool
 }
 
@@ -213,6 +216,15 @@ func (d *Detector) examine(rec kmsg.Record, closed, cur *[]finding.Finding) {
 			d.xid(rec, x, closed, cur)
 			return // an Xid line is an Xid finding and nothing else
 		}
+	}
+	if strings.Contains(msg, "SXid (") {
+		if s, ok := parseSXid(msg); ok {
+			d.sxid(rec, s, closed, cur)
+			return
+		}
+	}
+	if d.stackLine(rec, closed, cur) {
+		return
 	}
 	if d.held.Load() > 0 || strings.Contains(msg, "AER") || strings.Contains(msg, "PCIe Bus Error") {
 		d.aerLine(rec, closed, cur)
@@ -354,6 +366,8 @@ func (d *Detector) close(g *group, out []finding.Finding) []finding.Finding {
 		if f, ok := d.aerFinding(g); ok {
 			out = append(out, d.finish(f, g.records))
 		}
+	case kindStack:
+		out = append(out, d.finish(d.stackFinding(g), g.records))
 	default:
 		out = append(out, d.finish(g.f, g.records))
 	}

@@ -39,9 +39,11 @@ func DefaultRules() *Rules {
 // detectors (Xid, AER) and the pattern rules of the simple detectors. Rules
 // are immutable once parsed and may be shared by any number of Detectors.
 type Rules struct {
-	Xid   XidConfig `json:"xid"`
-	AER   AERConfig `json:"aer"`
-	Rules []*Rule   `json:"rules"`
+	Xid   XidConfig   `json:"xid"`
+	AER   AERConfig   `json:"aer"`
+	SXid  SXidConfig  `json:"sxid"`
+	Stack StackConfig `json:"stack"`
+	Rules []*Rule     `json:"rules"`
 
 	group, secondary map[int]bool
 	// gates are the distinct literal lead-ins ("NVRM: ") that every match
@@ -70,6 +72,23 @@ type AERConfig struct {
 	// report. When the lines have no time, a line that is not part of the
 	// report ends it.
 	Window Duration `json:"window"`
+}
+
+// SXidConfig tunes the NVSwitch SXid assembler.
+type SXidConfig struct {
+	// Window is the largest kernel-time gap between the lines of one SXid
+	// event (summary, engine, Data).
+	Window Duration `json:"window"`
+}
+
+// StackConfig tunes the assembler of kernel reports that carry a stack
+// (hung task, soft lockup, RCU stall).
+type StackConfig struct {
+	// Window is the largest kernel-time gap between two lines of one report.
+	Window Duration `json:"window"`
+	// GPUModules are the kernel modules whose frames make a report the GPU
+	// driver's (attr module).
+	GPUModules []string `json:"gpu_modules"`
 }
 
 // Rule is one pattern rule of a simple detector. See rules.yaml for the
@@ -152,6 +171,12 @@ func ParseRules(data []byte) (*Rules, error) {
 	}
 	if r.AER.Window.Duration == 0 {
 		r.AER.Window.Duration = 2 * time.Second
+	}
+	if r.SXid.Window.Duration == 0 {
+		r.SXid.Window.Duration = time.Second
+	}
+	if r.Stack.Window.Duration == 0 {
+		r.Stack.Window.Duration = 2 * time.Second
 	}
 	r.group, r.secondary = map[int]bool{}, map[int]bool{}
 	for _, x := range r.Xid.Group {
