@@ -73,10 +73,17 @@ func (a Action) Rank() int {
 
 func validAction(a Action) bool { return a == ActionNone || a.Rank() > 0 }
 
-// FaultClasses lists the fault classes of the case corpus (cases/README.md).
+// FaultClasses lists the fault classes of the case corpus (cases/README.md),
+// plus node-os (the node's kernel and filesystems) and storage (a data
+// volume, not the node), added in catalog 1.1.0.
 var FaultClasses = []string{"gpu-lost", "pcie", "memory-uncorrectable", "nvlink", "gpu-hang",
-	"gpu-firmware", "app-error", "driver-regression", "device-plugin", "runtime",
-	"monitoring-plane", "provisioning", "none"}
+	"gpu-firmware", "app-error", "driver-regression", "device-plugin", "runtime", "network",
+	"monitoring-plane", "provisioning", "node-os", "storage", "none"}
+
+// SoftwareClasses are the fault classes of software a node runs rather
+// than its hardware: a new node from the same image has the same fault, so
+// no reason of theirs may replace a node (catalog_test enforces it).
+var SoftwareClasses = map[string]bool{"driver-regression": true, "monitoring-plane": true, "provisioning": true}
 
 // acceleratedClasses are the fault classes of accelerated hardware, whose
 // default toleration is DefaultAcceleratedToleration (DESIGN.md, decision 4).
@@ -159,6 +166,9 @@ func Parse(data []byte) (*Catalog, error) {
 		}
 		if !contains(FaultClasses, r.FaultClass) {
 			return nil, fmt.Errorf("validate reason catalog: %s: unknown fault class %q", at, r.FaultClass)
+		}
+		if SoftwareClasses[r.FaultClass] && (r.Action == ActionReplace || r.EscalateTo == ActionReplace) {
+			return nil, fmt.Errorf("validate reason catalog: %s: fault class %s is software: a replacement gets the same fault", at, r.FaultClass)
 		}
 		r.toleration = DefaultOtherToleration
 		if acceleratedClasses[r.FaultClass] {
