@@ -150,7 +150,7 @@ type incident struct {
 // priority), then events. An empty result means nothing to report.
 func (e *Engine) Diagnose(in Input) []Diagnosis {
 	current, history := splitBoots(in)
-	sigs := e.classifyAll(current)
+	sigs := e.classifyAll(current, classifyContext{driverChanged: driverChanged(current, history)})
 	incidents := e.group(sigs, in.Now)
 
 	hist := e.historyClasses(history)
@@ -201,10 +201,49 @@ func splitBoots(in Input) (current, history []finding.Finding) {
 	return current, history
 }
 
+// classifyContext is what classify needs to know about the rest of the
+// node's findings.
+type classifyContext struct {
+	// driverChanged: this boot runs another driver version than an earlier
+	// one (GPU init failures then point at the driver, not the GPU).
+	driverChanged bool
+}
+
 // classify maps one finding to zero or one signal.
-func (e *Engine) classify(f *finding.Finding) (signal, bool) {
+func (e *Engine) classify(f *finding.Finding, ctx classifyContext) (signal, bool) {
 	s := signal{gpu: f.GPUPCI, f: f}
 	switch f.Detector {
+	case finding.DetectorDriverVersionMismatch:
+		s.reason, s.nodeLevel = mismatchReason(f), true
+	case finding.DetectorGSPFirmwareMissing:
+		s.reason, s.nodeLevel = catalog.ReasonDriverImageDefect, true
+	case finding.DetectorNVSwitchSXid:
+		s.reason, s.nodeLevel = sxidReason(f), true
+	case finding.DetectorFabricState:
+		if s.reason = fabricStateReason(f); s.reason == "" {
+			return s, false
+		}
+		s.nodeLevel = true
+	case finding.DetectorHungTask, finding.DetectorSoftLockup, finding.DetectorRCUStall:
+		s.reason, s.nodeLevel = stackReason(f), true
+	case finding.DetectorFilesystemError:
+		s.reason, s.nodeLevel = catalog.ReasonStorageVolumeError, true
+		if VolumeRole(f) == "node" {
+			s.reason = catalog.ReasonNodeFilesystemFailure
+		}
+	case finding.DetectorOOMKill:
+		if s.reason = oomReason(f); s.reason == "" {
+			return s, false
+		}
+		s.nodeLevel = true
+	case finding.DetectorNICFirmware:
+		s.reason, s.nodeLevel = catalog.ReasonNICFirmwareFault, true
+	case finding.DetectorNICLink:
+		s.reason = catalog.ReasonNICLinkFlap
+	case finding.DetectorNCCLNetError:
+		s.reason = catalog.ReasonNCCLNetworkError
+	case finding.DetectorNodeTerminating:
+		s.reason, s.nodeLevel = catalog.ReasonNodeTerminating, true
 	case finding.DetectorXid:
 		switch f.Xid {
 		case 45:
@@ -243,9 +282,15 @@ func (e *Engine) classify(f *finding.Finding) (signal, bool) {
 		s.reason = catalog.ReasonPCIeCorrectableErrors
 	case finding.DetectorRmInitFailed:
 		s.reason = catalog.ReasonGPUInitFailed
+		if ctx.driverChanged {
+			s.reason, s.nodeLevel = catalog.ReasonDriverInitFailedAfterChange, true
+		}
 	case finding.DetectorGSPError:
 		s.reason = catalog.ReasonGPUFirmwareError
 		s.attachable = s.gpu == ""
+		if ctx.driverChanged {
+			s.reason, s.nodeLevel, s.attachable = catalog.ReasonDriverInitFailedAfterChange, true, false
+		}
 	case finding.DetectorNVLinkInactive:
 		s.reason, s.nodeLevel = catalog.ReasonNVLinkError, true
 	case finding.DetectorMonitoring:
@@ -290,6 +335,10 @@ func (e *Engine) classify(f *finding.Finding) (signal, bool) {
 		}
 		s.reason = catalog.ReasonDCGMExporterXidHint
 	case finding.DetectorNodeClaimStatus:
+		if f.Attr(finding.AttrDeletionTimestamp) != "" {
+			s.reason, s.nodeLevel = catalog.ReasonNodeTerminating, true
+			return s, true
+		}
 		if f.Attr("registered") == "True" {
 			return s, false
 		}
@@ -300,6 +349,9 @@ func (e *Engine) classify(f *finding.Finding) (signal, bool) {
 			return s, false
 		}
 		s.nodeLevel = true
+		// The kubelet's NotReady joins a more specific incident of the node
+		// (a runtime wedge says why it is NotReady, c28).
+		s.attachable = s.reason == catalog.ReasonNodeNotReady
 	default:
 		// driver-version, unparsed and detectors newer than these rules carry
 		// no health verdict of their own.
@@ -308,10 +360,10 @@ func (e *Engine) classify(f *finding.Finding) (signal, bool) {
 	return s, true
 }
 
-func (e *Engine) classifyAll(fs []finding.Finding) []signal {
+func (e *Engine) classifyAll(fs []finding.Finding, ctx classifyContext) []signal {
 	out := make([]signal, 0, len(fs))
 	for i := range fs {
-		if s, ok := e.classify(&fs[i]); ok {
+		if s, ok := e.classify(&fs[i], ctx); ok {
 			out = append(out, s)
 		}
 	}
@@ -362,6 +414,34 @@ func (e *Engine) group(sigs []signal, now time.Time) []*incident {
 		}
 		return "gpu/" + s.gpu
 	}
+
+	// Pass 0: the NVLink fabric. SXids of the node's NVSwitches and the GPU
+	// Xids of the same second that the fabric explains (NVLink, Xid 94 and
+	// 137 over NVLink) are one incident, not one per switch and GPU (c25).
+	var sxidTimes []time.Time
+	for _, s := range sigs {
+		if s.f.Detector == finding.DetectorNVSwitchSXid {
+			sxidTimes = append(sxidTimes, s.f.Time)
+		}
+	}
+	nearSXid := func(t time.Time) bool {
+		for _, st := range sxidTimes {
+			if st.IsZero() && t.IsZero() || !st.IsZero() && !t.IsZero() && t.Sub(st).Abs() <= FabricWindow {
+				return true
+			}
+		}
+		return false
+	}
+	rest := sigs[:0:0]
+	for _, s := range sigs {
+		if s.f.Detector == finding.DetectorNVSwitchSXid || len(sxidTimes) > 0 && s.f.Detector == finding.DetectorXid && fabricXid(s.reason) && nearSXid(s.f.Time) {
+			s.attachable = false
+			add(get("node/fabric"), s)
+			continue
+		}
+		rest = append(rest, s)
+	}
+	sigs = rest
 
 	// Pass 1: condition signals that are not attachable form incidents.
 	var attach, events []signal
@@ -425,6 +505,20 @@ func (e *Engine) group(sigs []signal, now time.Time) []*incident {
 			s.reason = catalog.ReasonRepeatedApplicationXid
 			add(inc, s)
 		}
+	}
+	// NCCL completion errors with several peers: the node's NIC path.
+	if rep := repeatedPeers(events, e.repeatProcesses, e.repeatWindow, now); len(rep) > 0 {
+		inc := get("node/" + catalog.ReasonRDMANetworkDegraded)
+		kept := events[:0:0]
+		for _, s := range events {
+			if s.reason == catalog.ReasonNCCLNetworkError {
+				s.reason = catalog.ReasonRDMANetworkDegraded
+				add(inc, s)
+				continue
+			}
+			kept = append(kept, s)
+		}
+		events = kept
 	}
 	// Events: one diagnosis per reason, GPU and Xid.
 	for _, s := range events {
@@ -505,7 +599,7 @@ func (e *Engine) hasNonAttachable(inc *incident) bool {
 // earlier boots, keyed by GPU ("" for node-level signals).
 func (e *Engine) historyClasses(history []finding.Finding) map[string]map[string]bool {
 	out := map[string]map[string]bool{}
-	for _, s := range e.classifyAll(history) {
+	for _, s := range e.classifyAll(history, classifyContext{}) {
 		r := e.cat.MustLookup(s.reason)
 		if r.Severity != catalog.SeverityCondition {
 			continue

@@ -77,6 +77,16 @@ var monitoringReasons = map[string]bool{"DCGMError": true, "DCGMConnectionError"
 // when the condition carries no verdict: healthy polarity, status Unknown
 // (startup grace, case c21), or a condition type fleetrepair does not act on.
 func nodeConditionReason(typ, status, reason string) string {
+	if typ == "Ready" {
+		// The kubelet's own readiness: False (KubeletNotReady) or Unknown
+		// (the node stopped posting status) are both a signal, the same one
+		// Karpenter's node repair acts on. Its toleration is the startup
+		// grace: a node that just joined is not yet Ready.
+		if status == "False" || status == "Unknown" {
+			return catalog.ReasonNodeNotReady
+		}
+		return ""
+	}
 	bad := status == "True"
 	if readinessConditions[typ] {
 		bad = status == "False"

@@ -1,0 +1,213 @@
+package diagnose
+
+import (
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fleetrepair/fleetrepair/agent/finding"
+	"github.com/fleetrepair/fleetrepair/controller/catalog"
+)
+
+// This file holds the rules for faults that are not a GPU's hardware: the
+// driver and image (software), the NVSwitch fabric, the node's OS, NICs and
+// RDMA paths, and Kubernetes' own lifecycle signals (catalog 1.1.0).
+
+// sxidRestart lists the SXids whose entry in NVIDIA's NVSwitch SXid
+// catalogue (Fabric Manager user guide, "NVSwitch SXid errors") is printed as
+// non-fatal but names a system restart as the recovery, because the error
+// stalls the GPUs' NVLink traffic: 12028 egress non-posted PRIV error (c25).
+// sxidFatal lists SXids the catalogue marks fatal, for events whose summary
+// line (which carries the severity) is missing from the input. The summary
+// line's own severity always wins.
+var (
+	sxidRestart = map[int]bool{12028: true}
+	sxidFatal   = map[int]bool{20034: true, 24007: true}
+)
+
+// sxidReason maps an nvswitch-sxid finding to its reason.
+func sxidReason(f *finding.Finding) string {
+	n, _ := strconv.Atoi(f.Attr(finding.AttrSXid))
+	switch sev := f.Attr(finding.AttrSeverity); {
+	case sev == "fatal", sev == "" && sxidFatal[n], sxidRestart[n]:
+		return catalog.ReasonNVSwitchFatalError
+	}
+	return catalog.ReasonNVSwitchNonFatalError
+}
+
+// FabricWindow is how close in time a GPU Xid must be to an SXid of the same
+// node to be part of one fabric incident: the driver prints both within the
+// same second (c25).
+const FabricWindow = time.Second
+
+// fabricXid reports whether an Xid's reason is one an NVSwitch incident
+// explains when they come together: NVLink errors, application-class and
+// informational Xids (Xid 94 and 137 over NVLink, c25). Memory, bus and
+// firmware faults keep their own incident.
+func fabricXid(reason string) bool {
+	switch reason {
+	case catalog.ReasonNVLinkError, catalog.ReasonXidApplicationError, catalog.ReasonXidInformational,
+		catalog.ReasonXidUnclassified, catalog.ReasonGPURecoveryActionRequired:
+		return true
+	}
+	return false
+}
+
+// mismatchReason maps a driver-version-mismatch finding: a module built for
+// another kernel or a GPU the driver branch does not support is the image's
+// defect (no reboot helps); every other mismatch between the loaded module
+// and the user-space driver clears with a reboot that loads the module
+// matching the libraries on disk.
+func mismatchReason(f *finding.Finding) string {
+	switch f.Attr(finding.AttrError) {
+	case "module built for another kernel", "GPU not supported by this driver":
+		return catalog.ReasonDriverImageDefect
+	}
+	return catalog.ReasonDriverVersionMismatch
+}
+
+// gpuModules are the kernel modules of the NVIDIA driver stack; a stack
+// report whose module is one of them is the driver's hang.
+var gpuModules = map[string]bool{"nvidia": true, "nvidia_uvm": true, "nvidia_modeset": true,
+	"nvidia_drm": true, "nvidia_peermem": true, "nvidia_fs": true, "nv_peer_mem": true, "gdrdrv": true}
+
+// stackReason maps a hung-task, soft-lockup or rcu-stall finding.
+func stackReason(f *finding.Finding) string {
+	if gpuModules[f.Attr(finding.AttrModule)] {
+		return catalog.ReasonGPUDriverHang
+	}
+	if f.Detector == finding.DetectorHungTask {
+		return catalog.ReasonKernelHungTask
+	}
+	return catalog.ReasonKernelLockup
+}
+
+// nodeMounts are mount points whose filesystem is the node's own: the root,
+// /var and the kubelet's and runtimes' state. A failure there stops the node.
+var nodeMounts = []string{"/", "/var", "/var/lib/kubelet", "/var/lib/containerd", "/var/lib/docker",
+	"/var/lib/containers", "/var/log", "/tmp", "/mnt/ephemeral", "/local"}
+
+// VolumeRole says whose a failing filesystem is: "node" (root or ephemeral
+// volume: a node fault), "data" (a data volume: a storage event) or ""
+// (unknown: recorded as a storage event, never repaired on). The agent's
+// volume_role or mount attribute decides; without them, the device name:
+// network and loop devices are data volumes, and nothing else is assumed.
+func VolumeRole(f *finding.Finding) string {
+	switch f.Attr(finding.AttrVolumeRole) {
+	case "root", "ephemeral", "node":
+		return "node"
+	case "data":
+		return "data"
+	}
+	if m := f.Attr(finding.AttrMount); m != "" {
+		if strings.HasPrefix(m, "/var/lib/kubelet/pods/") || strings.HasPrefix(m, "/var/lib/kubelet/plugins/") {
+			return "data" // a PersistentVolume mounted for a pod
+		}
+		for _, nm := range nodeMounts {
+			if m == nm || nm != "/" && strings.HasPrefix(m, nm+"/") {
+				return "node"
+			}
+		}
+		return "data"
+	}
+	dev := f.Attr(finding.AttrDevice)
+	for _, p := range []string{"rbd", "nbd", "loop", "drbd", "zd"} {
+		if strings.HasPrefix(dev, p) {
+			return "data"
+		}
+	}
+	return ""
+}
+
+// systemDaemons are the node's own processes: an OOM kill of one of them
+// leaves the node without its kubelet, runtime, GPU daemons or agent.
+var systemDaemons = map[string]bool{"kubelet": true, "containerd": true, "containerd-shim": true, "dockerd": true,
+	"crio": true, "conmon": true, "systemd": true, "systemd-journal": true, "systemd-journald": true, "sshd": true,
+	"nvidia-persistenced": true, "nv-fabricmanager": true, "nvidia-fabricmanager": true, "nv-hostengine": true,
+	"nvidia-imex": true, "fleetrepair-agent": true, "kube-proxy": true, "aws-node": true, "nvidia-device-plugin": true,
+	"dcgm-exporter": true, "nvidia-container-runtime": true}
+
+// oomReason maps an oom-kill finding: the global OOM killer taking a system
+// daemon is a node fault; a cgroup's own limit or a workload victim is the
+// workload's business ("" - no diagnosis).
+func oomReason(f *finding.Finding) string {
+	if c := f.Attr(finding.AttrConstraint); c != "" && c != "CONSTRAINT_NONE" {
+		return ""
+	}
+	if systemDaemons[f.Attr(finding.AttrTask)] {
+		return catalog.ReasonSystemDaemonOOMKilled
+	}
+	return ""
+}
+
+// FabricGrace is how long after boot a GPU may still be joining the NVLink
+// fabric (Fabric Manager "In Progress" / "Not Started") before that is a
+// fault.
+const FabricGrace = 10 * time.Minute
+
+// fabricStateReason maps a fabric-state finding: an error status, or a GPU
+// still not on the fabric when the finding says it is past the boot grace
+// (attr uptime_s). Without the uptime an unfinished registration is no
+// verdict: every node passes through it while booting.
+func fabricStateReason(f *finding.Finding) string {
+	st := f.Attr(finding.AttrState)
+	status := strings.ToLower(f.Attr(finding.AttrStatus))
+	if st == "completed" && status != "" && status != "success" && status != "n/a" {
+		return catalog.ReasonFabricNotReady
+	}
+	if st == "in progress" || st == "not started" {
+		if up, err := strconv.Atoi(f.Attr("uptime_s")); err == nil && time.Duration(up)*time.Second >= FabricGrace {
+			return catalog.ReasonFabricNotReady
+		}
+	}
+	return ""
+}
+
+// driverChanged reports whether the current boot loaded another driver
+// version than an earlier boot of the node: the driver-version findings
+// (the module's load banner) of both disagree.
+func driverChanged(current, history []finding.Finding) bool {
+	now := map[string]bool{}
+	for _, f := range current {
+		if f.Detector == finding.DetectorDriverVersion && f.Attr(finding.AttrValue) != "" {
+			now[f.Attr(finding.AttrValue)] = true
+		}
+	}
+	if len(now) == 0 {
+		return false
+	}
+	for _, f := range history {
+		if v := f.Attr(finding.AttrValue); f.Detector == finding.DetectorDriverVersion && v != "" && !now[v] {
+			return true
+		}
+	}
+	return false
+}
+
+// repeatedPeers returns the NCCL net-error signals of a node when they name
+// at least n distinct peers within window of now: the node's NIC or switch
+// port, not one path, is the common factor.
+func repeatedPeers(sigs []signal, n int, window time.Duration, now time.Time) []signal {
+	var in []signal
+	peers := map[string]bool{}
+	for _, s := range sigs {
+		if s.reason != catalog.ReasonNCCLNetworkError {
+			continue
+		}
+		t := s.f.Time
+		if t.IsZero() {
+			t = now
+		}
+		if now.Sub(t) > window {
+			continue
+		}
+		in = append(in, s)
+		if p := s.f.Attr(finding.AttrPeer); p != "" {
+			peers[p] = true
+		}
+	}
+	if len(peers) < n {
+		return nil
+	}
+	return in
+}
