@@ -71,6 +71,7 @@ const (
 	DefaultMinRateRatio      = 4.0
 	DefaultCeilingFraction   = 0.10
 	DefaultCeilingMinFailing = 10
+	DefaultMemory            = 24 * time.Hour
 	maxEvidenceNodes         = 20
 )
 
@@ -115,6 +116,13 @@ type Config struct {
 	// spreads the value (default: driver_version, monitoring_image, kernel,
 	// image).
 	RolloutKeys []string `json:"rolloutKeys,omitempty"`
+	// Memory is how long a software cohort (a RolloutKeys value: a driver
+	// version, an image, a kernel) stays suspect after its breaker cooled
+	// down (default 24 h). While the value is still installed on some node,
+	// the first new failure of one of them re-trips the breaker at once
+	// (CauseRemembered): a bad driver does not become good by being quiet
+	// for a cool-down. Negative disables the memory.
+	Memory time.Duration `json:"memory"`
 }
 
 // Keys returns the cohort keys in precedence order: the most specific cause
@@ -158,6 +166,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.RolloutKeys == nil {
 		c.RolloutKeys = append([]string(nil), softwareKeys...)
+	}
+	if c.Memory == 0 {
+		c.Memory = DefaultMemory
 	}
 	return c
 }
@@ -248,6 +259,7 @@ const (
 	CauseCooledDown Cause = "cooled-down" // quiet for Config.CoolDown
 	CauseResumed    Cause = "resumed"     // a human closed it
 	CauseKillSwitch Cause = "kill-switch" // a human switched every repair off or on
+	CauseRemembered Cause = "remembered"  // a new failure in a software cohort that tripped before and is still installed
 )
 
 // Evidence is the numbers behind a decision. Rates are failing nodes per
@@ -339,8 +351,22 @@ type State struct {
 	// leaves the set once it has no signal in the window; a new failure
 	// after that counts again.
 	Acknowledged map[string]time.Time `json:"acknowledged,omitempty"`
+	// Remembered holds the software cohorts ("driver_version=X") whose
+	// breaker cooled down within Config.Memory, with their cool-down time
+	// and the trip's evidence. A human's resume forgets a cohort; so does
+	// the value leaving the fleet (the suspect is no longer installed).
+	Remembered map[string]Remembered `json:"remembered,omitempty"`
 	// EvaluatedAt is the time of the last Evaluate.
 	EvaluatedAt time.Time `json:"evaluatedAt,omitzero"`
+}
+
+// Remembered is a software cohort that tripped and cooled down.
+type Remembered struct {
+	// Tripped is when its breaker first opened; CooledDown when it closed.
+	Tripped    time.Time `json:"tripped"`
+	CooledDown time.Time `json:"cooledDown"`
+	// Evidence is the numbers at the original trip.
+	Evidence Evidence `json:"evidence"`
 }
 
 // Open returns the open breaker of a cohort ("key=value", or FleetScope).
@@ -386,6 +412,10 @@ func (s State) clone() State {
 	out.Acknowledged = make(map[string]time.Time, len(s.Acknowledged))
 	for k, v := range s.Acknowledged {
 		out.Acknowledged[k] = v
+	}
+	out.Remembered = make(map[string]Remembered, len(s.Remembered))
+	for k, v := range s.Remembered {
+		out.Remembered[k] = v
 	}
 	return out
 }
@@ -502,6 +532,9 @@ func (p *Policy) Evaluate(now time.Time, fleet *Fleet, signals []Signal, prior S
 			continue
 		}
 		delete(st.Cohorts, name)
+		if c, err := ParseCohort(name); err == nil && cfg.Memory > 0 && slices.Contains(cfg.RolloutKeys, c.Key) {
+			st.Remembered[name] = Remembered{Tripped: b.Since, CooledDown: now, Evidence: b.Evidence}
+		}
 		ev := Evidence{At: now, WindowSeconds: cfg.Window.Seconds(), LastFailure: b.LastFailure}
 		if c, err := ParseCohort(name); err == nil {
 			ev.CohortNodes = fleet.CohortSize(c)
@@ -511,6 +544,8 @@ func (p *Policy) Evaluate(now time.Time, fleet *Fleet, signals []Signal, prior S
 			Message: fmt.Sprintf("breaker %s closed: no new failure signal from its nodes since %s (cool-down %s)",
 				name, b.LastFailure.Format(time.RFC3339), cfg.CoolDown)})
 	}
+
+	ds = append(ds, p.remembered(now, fleet, sig, &st)...)
 
 	// Trips: greedy, one cohort per round, each round on the population no
 	// open cohort explains.
@@ -579,6 +614,64 @@ func (p *Policy) Evaluate(now time.Time, fleet *Fleet, signals []Signal, prior S
 	}
 	st.EvaluatedAt = now
 	return st, ds
+}
+
+// remembered re-trips, at once, a remembered software cohort that is still
+// installed when one of its nodes fails anew after the cool-down, and
+// forgets cohorts past Config.Memory or no longer in the fleet.
+func (p *Policy) remembered(now time.Time, fleet *Fleet, sig map[int32]*nodeSignals, st *State) []Decision {
+	cfg := p.cfg
+	var ds []Decision
+	names := make([]string, 0, len(st.Remembered))
+	for name := range st.Remembered {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		m := st.Remembered[name]
+		c, err := ParseCohort(name)
+		if err != nil || cfg.Memory <= 0 || now.Sub(m.CooledDown) >= cfg.Memory || fleet.CohortSize(c) == 0 {
+			delete(st.Remembered, name) // forgotten, or the suspect is no longer installed
+			continue
+		}
+		if _, open := st.Cohorts[name]; open {
+			continue
+		}
+		id, _ := fleet.id(c)
+		var failing []string
+		var first, last time.Time
+		for _, i := range fleet.members(id) {
+			ns := sig[i]
+			if ns == nil || !ns.inWindow || !ns.last.After(m.CooledDown) {
+				continue
+			}
+			if _, ack := st.Acknowledged[fleet.names[i]]; ack {
+				continue
+			}
+			failing = append(failing, fleet.names[i])
+			if first.IsZero() || ns.first.Before(first) {
+				first = ns.first
+			}
+			if ns.last.After(last) {
+				last = ns.last
+			}
+		}
+		if len(failing) == 0 {
+			continue
+		}
+		slices.Sort(failing)
+		ev := m.Evidence
+		ev.At, ev.WindowSeconds, ev.CohortNodes, ev.CohortFailing = now, cfg.Window.Seconds(), fleet.CohortSize(c), len(failing)
+		ev.FirstFailure, ev.LastFailure, ev.Failing = first, last, failing[:min(len(failing), maxEvidenceNodes)]
+		halt := slices.Contains(cfg.RolloutKeys, c.Key)
+		st.Cohorts[name] = Breaker{Scope: ScopeCohort, Cohort: name, Since: now, LastFailure: last, HaltRollout: halt, Evidence: ev}
+		delete(st.Remembered, name)
+		ds = append(ds, Decision{At: now, Scope: ScopeCohort, Cohort: name, From: Closed, To: Open,
+			Cause: CauseRemembered, Actor: Actor, HaltRollout: halt, Evidence: ev,
+			Message: fmt.Sprintf("breaker %s re-tripped: %s failed after the breaker cooled down at %s while %s is still installed on %d nodes (memory %s)",
+				name, failing[0], m.CooledDown.Format(time.RFC3339), name, ev.CohortNodes, cfg.Memory)})
+	}
+	return ds
 }
 
 // round is one greedy round of Evaluate.
@@ -808,6 +901,7 @@ func Resume(st State, cohort, actor, reason string, now time.Time) (State, Decis
 		delete(out.Cohorts, cohort)
 	}
 	out.Resumed[cohort] = now
+	delete(out.Remembered, cohort) // a human looked at it and accepted it
 	ev := b.Evidence
 	ev.At = now
 	return out, Decision{At: now, Scope: b.Scope, Cohort: cohort, From: Open, To: Closed, Cause: CauseResumed,

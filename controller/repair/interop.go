@@ -19,11 +19,15 @@ import (
 // their record), so they clear when the other agent clears them.
 
 // foreignCondition reports whether a condition was set by another agent and
-// is worth a finding: not the kubelet's own (Ready, *Pressure,
-// NetworkUnavailable: Karpenter and the scheduler handle those), not ours.
+// is worth a finding: not ours, not the kubelet's pressure conditions (the
+// scheduler and eviction handle those), and the kubelet's Ready only while
+// it is False or Unknown (catalog NodeNotReady: a lone NotReady node is
+// repaired after its toleration, a zone of them trips the zone breaker).
 func foreignCondition(c corev1.NodeCondition) bool {
 	switch c.Type {
-	case corev1.NodeReady, corev1.NodeMemoryPressure, corev1.NodeDiskPressure, corev1.NodePIDPressure, corev1.NodeNetworkUnavailable:
+	case corev1.NodeReady:
+		return c.Status != corev1.ConditionTrue
+	case corev1.NodeMemoryPressure, corev1.NodeDiskPressure, corev1.NodePIDPressure, corev1.NodeNetworkUnavailable:
 		return false
 	}
 	return !strings.HasPrefix(string(c.Type), "FleetRepair")
@@ -50,7 +54,7 @@ func conditionFindings(node, bootID string, conds []corev1.NodeCondition) []find
 // foreign condition in a state that may carry a verdict.
 func anyForeignProblem(conds []corev1.NodeCondition) bool {
 	for _, c := range conds {
-		if foreignCondition(c) && c.Status != corev1.ConditionUnknown {
+		if foreignCondition(c) && (c.Status != corev1.ConditionUnknown || c.Type == corev1.NodeReady) {
 			return true
 		}
 	}
