@@ -35,6 +35,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -72,7 +73,12 @@ const (
 	DefaultCeilingFraction   = 0.10
 	DefaultCeilingMinFailing = 10
 	DefaultMemory            = 24 * time.Hour
-	maxEvidenceNodes         = 20
+	// DefaultReplacementCycle is how long after it joins a replacement's
+	// failure of the same fault class as the repair counts as the
+	// replacement failing the same way (Signal.Replacement): the c28
+	// replacements failed about half an hour after joining.
+	DefaultReplacementCycle = 2 * time.Hour
+	maxEvidenceNodes        = 20
 )
 
 // Config holds the breaker thresholds. The zero value of a field means its
@@ -123,6 +129,13 @@ type Config struct {
 	// (CauseRemembered): a bad driver does not become good by being quiet
 	// for a cool-down. Negative disables the memory.
 	Memory time.Duration `json:"memory"`
+	// ReplacementFailures is how many replacement machines failing the
+	// same way (Signal.Replacement) within the window trip their NodePool's
+	// breaker at once, whatever the pool's size (default 1): a new machine
+	// with the old fault means the cause is not the machine (c28), and
+	// another replacement round only feeds it new machines. Negative
+	// disables the rule.
+	ReplacementFailures int `json:"replacementFailures"`
 }
 
 // Keys returns the cohort keys in precedence order: the most specific cause
@@ -169,6 +182,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Memory == 0 {
 		c.Memory = DefaultMemory
+	}
+	if c.ReplacementFailures == 0 {
+		c.ReplacementFailures = 1
 	}
 	return c
 }
@@ -228,6 +244,10 @@ type Signal struct {
 	Node    string    `json:"node"`
 	At      time.Time `json:"at"`
 	Ongoing bool      `json:"ongoing,omitempty"`
+	// Replacement marks a new failure of a machine that replaced a node
+	// repaired for the same fault class, within one replacement cycle of
+	// joining: the remedy did not help (Config.ReplacementFailures).
+	Replacement bool `json:"replacement,omitempty"`
 }
 
 // Scope says what a breaker or decision covers.
@@ -254,12 +274,13 @@ type Cause string
 
 // Causes.
 const (
-	CauseTripped    Cause = "tripped"     // a cohort's failures are many and concentrated
-	CauseCeiling    Cause = "ceiling"     // too many unexplained failing nodes fleet-wide
-	CauseCooledDown Cause = "cooled-down" // quiet for Config.CoolDown
-	CauseResumed    Cause = "resumed"     // a human closed it
-	CauseKillSwitch Cause = "kill-switch" // a human switched every repair off or on
-	CauseRemembered Cause = "remembered"  // a new failure in a software cohort that tripped before and is still installed
+	CauseTripped           Cause = "tripped"            // a cohort's failures are many and concentrated
+	CauseCeiling           Cause = "ceiling"            // too many unexplained failing nodes fleet-wide
+	CauseCooledDown        Cause = "cooled-down"        // quiet for Config.CoolDown
+	CauseResumed           Cause = "resumed"            // a human closed it
+	CauseKillSwitch        Cause = "kill-switch"        // a human switched every repair off or on
+	CauseRemembered        Cause = "remembered"         // a new failure in a software cohort that tripped before and is still installed
+	CauseReplacementFailed Cause = "replacement-failed" // replacements failed the same way as the nodes they replaced
 )
 
 // Evidence is the numbers behind a decision. Rates are failing nodes per
@@ -446,6 +467,7 @@ type nodeSignals struct {
 	first, last time.Time // bounds of the new-failure signals within the window
 	newest      time.Time // newest signal at or before now (any age, ongoing included)
 	inWindow    bool      // a new-failure signal lies within the window
+	replacement bool      // a Replacement signal lies within the window
 }
 
 // Evaluate returns the breaker state at now given the fleet, the failure
@@ -480,6 +502,7 @@ func (p *Policy) Evaluate(now time.Time, fleet *Fleet, signals []Signal, prior S
 				ns.last = s.At
 			}
 			ns.inWindow = true
+			ns.replacement = ns.replacement || s.Replacement
 		}
 	}
 
@@ -546,6 +569,7 @@ func (p *Policy) Evaluate(now time.Time, fleet *Fleet, signals []Signal, prior S
 	}
 
 	ds = append(ds, p.remembered(now, fleet, sig, &st)...)
+	ds = append(ds, p.replacements(now, fleet, sig, &st)...)
 
 	// Trips: greedy, one cohort per round, each round on the population no
 	// open cohort explains.
@@ -670,6 +694,70 @@ func (p *Policy) remembered(now time.Time, fleet *Fleet, sig map[int32]*nodeSign
 			Cause: CauseRemembered, Actor: Actor, HaltRollout: halt, Evidence: ev,
 			Message: fmt.Sprintf("breaker %s re-tripped: %s failed after the breaker cooled down at %s while %s is still installed on %d nodes (memory %s)",
 				name, failing[0], m.CooledDown.Format(time.RFC3339), name, ev.CohortNodes, cfg.Memory)})
+	}
+	return ds
+}
+
+// replacements trips the NodePool breaker of replacement machines that
+// failed the same way as the nodes they replaced, when there are at least
+// Config.ReplacementFailures of them in the window and no open breaker of
+// theirs explains them already.
+func (p *Policy) replacements(now time.Time, fleet *Fleet, sig map[int32]*nodeSignals, st *State) []Decision {
+	cfg := p.cfg
+	if cfg.ReplacementFailures < 1 {
+		return nil
+	}
+	open := openIDs(fleet, st.Cohorts)
+	failing := map[string][]string{} // pool cohort -> failing replacements
+	var last = map[string]time.Time{}
+	for i, ns := range sig {
+		if !ns.inWindow || !ns.replacement {
+			continue
+		}
+		if _, ack := st.Acknowledged[fleet.names[i]]; ack {
+			continue
+		}
+		explained := false
+		var pool string
+		for _, c := range fleet.nodeCohorts(i) {
+			if c < 0 {
+				continue
+			}
+			if _, ok := open[c]; ok {
+				explained = true
+			}
+			if k := fleet.cohorts[c].Key; k == KeyNodePool || pool == "" && k == KeyCluster {
+				pool = fleet.cohorts[c].String()
+			}
+		}
+		if explained || pool == "" {
+			continue
+		}
+		failing[pool] = append(failing[pool], fleet.names[i])
+		if ns.last.After(last[pool]) {
+			last[pool] = ns.last
+		}
+	}
+	pools := make([]string, 0, len(failing))
+	for pool := range failing {
+		pools = append(pools, pool)
+	}
+	slices.Sort(pools)
+	var ds []Decision
+	for _, pool := range pools {
+		nodes := failing[pool]
+		if len(nodes) < cfg.ReplacementFailures {
+			continue
+		}
+		slices.Sort(nodes)
+		c, _ := ParseCohort(pool)
+		ev := Evidence{At: now, WindowSeconds: cfg.Window.Seconds(), CohortNodes: fleet.CohortSize(c), CohortFailing: len(nodes),
+			LastFailure: last[pool], Failing: nodes[:min(len(nodes), maxEvidenceNodes)]}
+		st.Cohorts[pool] = Breaker{Scope: ScopeCohort, Cohort: pool, Since: now, LastFailure: last[pool], Evidence: ev}
+		ds = append(ds, Decision{At: now, Scope: ScopeCohort, Cohort: pool, From: Closed, To: Open,
+			Cause: CauseReplacementFailed, Actor: Actor, Evidence: ev,
+			Message: fmt.Sprintf("breaker %s tripped: %d replacement node(s) failed the same way as the nodes they replaced (%s): the cause is not the machines",
+				pool, len(nodes), strings.Join(ev.Failing, ", "))})
 	}
 	return ds
 }

@@ -544,3 +544,35 @@ func TestMemory(t *testing.T) {
 		t.Errorf("memory disabled but remembered %v", st7.Remembered)
 	}
 }
+
+// TestReplacementFailed: a replacement failing the same way trips its
+// NodePool at once, even in a three-node pool where no statistics can; a
+// plain failure of the same pool does not.
+func TestReplacementFailed(t *testing.T) {
+	t.Parallel()
+	p, err := NewPolicy(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fleet := p.Fleet(gen(pool{name: "agentpool", prefix: "aks-node-", zones: map[string]int{"zone-1": 3}}))
+	plain := []Signal{{Node: "aks-node-1", At: t0}}
+	if st, _ := p.Evaluate(t0.Add(time.Minute), fleet, plain, State{}); st.Tripped() {
+		t.Fatalf("a plain failure tripped %v", st.OpenCohorts())
+	}
+	rep := []Signal{{Node: "aks-node-1", At: t0, Replacement: true}}
+	st, ds := p.Evaluate(t0.Add(time.Minute), fleet, rep, State{})
+	if _, ok := st.Open("nodepool=agentpool"); !ok || len(ds) != 1 || ds[0].Cause != CauseReplacementFailed {
+		t.Fatalf("want nodepool=agentpool tripped by the replacement, got %v %+v", st.OpenCohorts(), ds)
+	}
+	if ok, _ := Allows(st, Node{Name: "aks-node-2", Attrs: map[string]string{KeyNodePool: "agentpool"}}); ok {
+		t.Error("another node of the pool may still be replaced")
+	}
+	// Outside the window it is history.
+	if st, _ := p.Evaluate(t0.Add(time.Hour), fleet, rep, State{}); st.Tripped() {
+		t.Errorf("an old replacement failure tripped %v", st.OpenCohorts())
+	}
+	off, _ := NewPolicy(Config{ReplacementFailures: -1})
+	if st, _ := off.Evaluate(t0.Add(time.Minute), off.Fleet(gen(pool{name: "agentpool", prefix: "aks-node-", zones: map[string]int{"zone-1": 3}})), rep, State{}); st.Tripped() {
+		t.Errorf("disabled rule tripped %v", st.OpenCohorts())
+	}
+}

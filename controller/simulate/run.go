@@ -202,6 +202,11 @@ type simNode struct {
 	history     map[string]bool // "key=value" the node held before (rollback detection)
 	deletions   int
 	monitorDown bool
+	// repairedClass is the fault class the node's NodeClaim was deleted
+	// for; after the replacement joins (replacedAt) a failure of the same
+	// class within breaker.DefaultReplacementCycle is a Replacement signal.
+	repairedClass string
+	replacedAt    time.Time
 
 	// Ground truth since the last recovery or replacement.
 	truth map[Truth]time.Time
@@ -740,7 +745,9 @@ func (r *replay) diagnose(n *simNode, now time.Time) {
 		}
 		for _, id := range d.FindingIDs {
 			if f, ok := fresh[id]; ok && !f.Time.Equal(n.lastSignal) {
-				r.signals = append(r.signals, breaker.Signal{Node: n.name, At: f.Time})
+				rep := n.gen > 0 && d.FaultClass == n.repairedClass && !n.replacedAt.IsZero() &&
+					f.Time.Sub(n.replacedAt) <= breaker.DefaultReplacementCycle
+				r.signals = append(r.signals, breaker.Signal{Node: n.name, At: f.Time, Replacement: rep})
 				n.lastSignal = f.Time
 			}
 		}
@@ -798,6 +805,7 @@ func (r *replay) policyStep(t time.Duration, now time.Time) {
 		if !n.deletingAt.IsZero() {
 			if !now.Before(n.deletingAt.Add(r.sc.Parameters.ReplaceDuration)) {
 				r.replace(n)
+				n.replacedAt = now
 			}
 			continue
 		}
@@ -1002,6 +1010,7 @@ func (r *replay) delete(n *simNode, t time.Duration, now time.Time) {
 	}
 	r.out.Deletions = append(r.out.Deletions, d)
 	n.deletions++
+	n.repairedClass = n.head.FaultClass
 	clear(n.truth)
 	n.brokenSince = time.Time{}
 	// Karpenter drains the node while it launches the replacement; the old
