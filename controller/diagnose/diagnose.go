@@ -106,6 +106,11 @@ type Diagnosis struct {
 	// Escalated is true when Action was raised because the fault returned.
 	Escalated bool   `json:"escalated,omitempty"`
 	Urgency   string `json:"urgency,omitempty"`
+	// RebootDeadlineSeconds bounds a reboot action (catalog rebootDeadline):
+	// a graceful reboot not completed by then gives way to Fallback
+	// ("power-cycle"). 0 and "" when the reason sets none.
+	RebootDeadlineSeconds int64  `json:"rebootDeadlineSeconds,omitempty"`
+	Fallback              string `json:"fallback,omitempty"`
 	// GPUs are the PCI addresses involved, sorted; empty for node-level faults.
 	GPUs []string `json:"gpus,omitempty"`
 	// TolerationSeconds is how long the condition must persist before the
@@ -627,6 +632,9 @@ func (e *Engine) toDiagnosis(in Input, inc *incident, hist map[string]map[string
 	if r.Severity == catalog.SeverityCondition {
 		d.ConditionType = r.ConditionType
 		d.TolerationSeconds = int64(r.TolerationDuration() / time.Second)
+	}
+	if r.Fallback != "" && r.Action == catalog.ActionReboot {
+		d.RebootDeadlineSeconds, d.Fallback = int64(r.RebootDeadlineDuration()/time.Second), r.Fallback
 	}
 	recoveries, initAttempts := 0, 0
 	for _, s := range inc.signals {
