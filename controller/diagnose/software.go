@@ -1,6 +1,7 @@
 package diagnose
 
 import (
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -90,8 +91,13 @@ var nodeMounts = []string{"/", "/var", "/var/lib/kubelet", "/var/lib/containerd"
 // VolumeRole says whose a failing filesystem is: "node" (root or ephemeral
 // volume: a node fault), "data" (a data volume: a storage event) or ""
 // (unknown: recorded as a storage event, never repaired on). The agent's
-// volume_role or mount attribute decides; without them, the device name:
-// network and loop devices are data volumes, and nothing else is assumed.
+// volume_role or mount attribute decides; without them (a dmesg scanned
+// offline), the device name: the first disk of a node and its partitions
+// (nvme0n1p1, sda1, xvda1, vda1), device-mapper and MD RAID devices (the
+// root LV, the RAID0 of instance-store disks that EKS and GKE put under
+// /var/lib/kubelet) are the node's; network, loop and ZFS devices (rbd, nbd,
+// loop, drbd, zd) are data volumes; other disks (nvme1n1, sdb: an attached
+// volume or a local disk) are unknown.
 func VolumeRole(f *finding.Finding) string {
 	switch f.Attr(finding.AttrVolumeRole) {
 	case "root", "ephemeral", "node":
@@ -116,8 +122,15 @@ func VolumeRole(f *finding.Finding) string {
 			return "data"
 		}
 	}
+	if nodeDeviceRE.MatchString(dev) {
+		return "node"
+	}
 	return ""
 }
+
+// nodeDeviceRE matches the device names VolumeRole takes for the node's own
+// disks when nothing better is known.
+var nodeDeviceRE = regexp.MustCompile(`^(?:nvme0n1(?:p\d+)?|[sxv]?da\d*|xvda\d*|dm-\d+|md\d+|mapper/.*)$`)
 
 // systemDaemons are the node's own processes: an OOM kill of one of them
 // leaves the node without its kubelet, runtime, GPU daemons or agent.
