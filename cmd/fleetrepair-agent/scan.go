@@ -137,8 +137,8 @@ func (o scanOptions) run(ctx context.Context, args []string, s streams) error {
 			}
 		}
 		if k := res.Kernel; k != nil {
-			fmt.Fprintf(s.err, "scan %s: %d lines, %d records, %d unparsed lines (examined as raw text), %d findings (%d events)\n",
-				in.name, k.Text.Lines, k.Text.Records, k.Text.Unparsed, len(res.Findings), sum(k.Detect.Findings))
+			fmt.Fprintf(s.err, "scan %s: kernel log (%s), %d lines, %d records, %d unparsed lines (examined as raw text), %d findings (%d events)\n",
+				in.name, res.Format, k.Text.Lines, k.Text.Records, k.Text.Unparsed, len(res.Findings), sum(k.Detect.Findings))
 		} else {
 			fmt.Fprintf(s.err, "scan %s: %s, %d lines, %d findings\n", in.name, res.Format, res.Lines, len(res.Findings))
 		}
