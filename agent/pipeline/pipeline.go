@@ -295,6 +295,12 @@ func (s *state) publish() {
 	if hb.DriverVersion == "" {
 		hb.DriverVersion = s.kernelDrv
 	}
+	if hb.DriverVersion == "" {
+		// NVML cannot start (a version mismatch) and the banner is gone
+		// from the ring buffer: the loaded module's version still names
+		// the driver cohort.
+		hb.DriverVersion = s.module
+	}
 	for _, m := range s.monitors {
 		hb.Monitors = append(hb.Monitors, m)
 	}
