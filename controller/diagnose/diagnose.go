@@ -545,7 +545,10 @@ func (e *Engine) repeatedAppXids(sigs []signal, now time.Time) map[string][]sign
 	}
 	groups := map[key][]signal{}
 	for _, s := range sigs {
-		if s.reason == catalog.ReasonXidApplicationError && s.gpu != "" {
+		// A secondary Xid (45: the driver tearing down the channels of a
+		// process after another error) is a consequence, never evidence
+		// that the GPU keeps failing.
+		if s.reason == catalog.ReasonXidApplicationError && s.gpu != "" && s.f.Attr(finding.AttrSecondary) != "true" && s.f.Xid != 45 {
 			groups[key{s.gpu, s.f.Xid}] = append(groups[key{s.gpu, s.f.Xid}], s)
 		}
 	}
