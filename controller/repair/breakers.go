@@ -102,6 +102,9 @@ func (r *Reconciler) evaluateBreakers(ctx context.Context, fleet map[string][]ku
 	var bn []breaker.Node
 	for name, infos := range fleet {
 		for _, info := range infos {
+			if !info.Deleting.IsZero() {
+				continue // already leaving: no cohort member, no capacity (c27)
+			}
 			bn = append(bn, r.breakerNode(name, info, byName[name+"/"+info.Name]))
 		}
 	}

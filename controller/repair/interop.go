@@ -7,6 +7,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/fleetrepair/fleetrepair/agent/finding"
+	"github.com/fleetrepair/fleetrepair/controller/kube"
+	"github.com/fleetrepair/fleetrepair/controller/lifecycle"
 )
 
 // Interop: conditions that other node agents already set (the EKS node
@@ -48,6 +50,19 @@ func conditionFindings(node, bootID string, conds []corev1.NodeCondition) []find
 		out = append(out, f)
 	}
 	return out
+}
+
+// lifecycleFindings are the node's lifecycle facts read from its Node: a
+// deletionTimestamp (node-terminating; NodeTerminating opens no repair). Like
+// the foreign conditions they are not stored; the Node is their record.
+func lifecycleFindings(node, bootID string, info kube.NodeInfo) []finding.Finding {
+	if info.Deleting.IsZero() {
+		return nil
+	}
+	f := lifecycle.TerminatingFinding(node, info.Deleting, nil)
+	f.BootID = bootID
+	f.ID = finding.NewID(f)
+	return []finding.Finding{f}
 }
 
 // anyForeignProblem is the node filter of the periodic scan: nodes with a
