@@ -62,6 +62,15 @@ func (r *Reconciler) Clusters() []ClusterState {
 	return out
 }
 
+// knownUnreachable reports whether cluster's API server failed the last
+// call (not merely: not contacted yet).
+func (r *Reconciler) knownUnreachable(cluster string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st, seen := r.clusters[cluster]
+	return seen && !st.Reachable
+}
+
 // Reachable reports whether cluster's API server answered the last call.
 func (r *Reconciler) Reachable(cluster string) bool {
 	r.mu.Lock()
