@@ -21,6 +21,7 @@ import (
 	"io"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/fleetrepair/fleetrepair/agent/detect"
 	"github.com/fleetrepair/fleetrepair/agent/detect/dcgmtext"
@@ -163,6 +164,11 @@ type Options struct {
 	// Events returns one kernel finding per event instead of the per-input
 	// aggregate (detect.Aggregate). Other formats are grouped by their parser.
 	Events bool
+	// BootTime, when set, places kernel records that carry only a time since
+	// boot (dmesg "[7510.129324]", /dev/kmsg) in wall-clock time: BootTime
+	// plus their monotonic timestamp. Records with a wall-clock time of their
+	// own keep it; without BootTime such records stay untimed (zero Time).
+	BootTime time.Time
 }
 
 // Result is what Scan read.
@@ -255,6 +261,9 @@ func scanKernel(ctx context.Context, r io.Reader, format kmsg.Format, o Options,
 		rec, ok := p.Next()
 		if !ok {
 			break
+		}
+		if rec.Time.IsZero() && rec.Usec >= 0 && !o.BootTime.IsZero() {
+			rec.Time = o.BootTime.Add(time.Duration(rec.Usec) * time.Microsecond).UTC()
 		}
 		events = append(events, d.Feed(rec)...)
 	}
