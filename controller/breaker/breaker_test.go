@@ -576,3 +576,25 @@ func TestReplacementFailed(t *testing.T) {
 		t.Errorf("disabled rule tripped %v", st.OpenCohorts())
 	}
 }
+
+func TestReplacementFailureRule(t *testing.T) {
+	t.Parallel()
+	rep := []Replaced{{Pool: "agentpool", FaultClass: "runtime", At: t0}}
+	joined := t0.Add(10 * time.Minute)
+	for _, tc := range []struct {
+		name        string
+		pool, class string
+		joined, at  time.Time
+		want        bool
+	}{
+		{"same pool, same class, half an hour after joining", "agentpool", "runtime", joined, joined.Add(30 * time.Minute), true},
+		{"another fault class", "agentpool", "gpu-lost", joined, joined.Add(30 * time.Minute), false},
+		{"another pool", "other", "runtime", joined, joined.Add(30 * time.Minute), false},
+		{"a node that joined before the repair", "agentpool", "runtime", t0.Add(-time.Hour), t0.Add(time.Minute), false},
+		{"long after joining", "agentpool", "runtime", joined, joined.Add(DefaultReplacementCycle + time.Minute), false},
+	} {
+		if got := ReplacementFailure(tc.pool, tc.class, tc.joined, tc.at, rep); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

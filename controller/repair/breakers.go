@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/fleetrepair/fleetrepair/controller/breaker"
+	"github.com/fleetrepair/fleetrepair/controller/catalog"
 	"github.com/fleetrepair/fleetrepair/controller/kube"
+	"github.com/fleetrepair/fleetrepair/controller/ledger"
 	"github.com/fleetrepair/fleetrepair/controller/store"
 )
 
@@ -114,12 +116,22 @@ func (r *Reconciler) evaluateBreakers(ctx context.Context, fleet map[string][]ku
 		if err != nil {
 			return fmt.Errorf("evaluate breakers: %w", err)
 		}
+		replaced, err := r.recentReplacements(ctx, name, now)
+		if err != nil {
+			return fmt.Errorf("evaluate breakers: %w", err)
+		}
+		infos := make(map[string]kube.NodeInfo, len(fleet[name]))
+		for _, info := range fleet[name] {
+			infos[info.Name] = info
+		}
 		for _, d := range ds {
 			if d.FaultClass == "none" || d.FaultClass == "provisioning" {
 				continue
 			}
 			node := name + "/" + d.Node
-			signals = append(signals, breaker.Signal{Node: node, At: d.LastSeen})
+			info := infos[d.Node]
+			rep := breaker.ReplacementFailure(info.NodePool, d.FaultClass, info.Created, d.LastSeen, replaced)
+			signals = append(signals, breaker.Signal{Node: node, At: d.LastSeen, Replacement: rep})
 			if d.Severity == "condition" {
 				signals = append(signals, breaker.Signal{Node: node, At: now, Ongoing: true})
 			}
@@ -261,4 +273,30 @@ func (r *Reconciler) minHealthyGuard(k *kube.Cluster, rp store.Repair) store.Del
 		}
 		return nil
 	}
+}
+
+// recentReplacements lists a cluster's repairs that deleted a NodeClaim
+// (executed action replace, not dry run) within three replacement cycles,
+// for breaker.ReplacementFailure. At is the earliest the deletion could have
+// happened (the end of the toleration, else the repair's creation), so a
+// replacement always joined after it. One page (store.MaxListLimit) is read:
+// more replacements than that in a few hours is what the breakers and the
+// budgets exist to stop.
+func (r *Reconciler) recentReplacements(ctx context.Context, cluster string, now time.Time) ([]breaker.Replaced, error) {
+	rs, _, err := r.cfg.Store.ListRepairs(ctx, store.RepairFilter{Cluster: cluster, Since: now.Add(-3 * breaker.DefaultReplacementCycle), Limit: store.MaxListLimit})
+	if err != nil {
+		return nil, fmt.Errorf("list recent replacements: %w", err)
+	}
+	var out []breaker.Replaced
+	for _, rp := range rs {
+		if rp.DryRun || rp.ExecutedAction != string(catalog.ActionReplace) || rp.State != ledger.Deleting && rp.State != ledger.Replaced {
+			continue
+		}
+		at := rp.TolerationUntil
+		if at.IsZero() {
+			at = rp.CreatedAt
+		}
+		out = append(out, breaker.Replaced{Pool: rp.NodePool, FaultClass: rp.FaultClass, At: at})
+	}
+	return out, nil
 }

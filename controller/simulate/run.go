@@ -202,11 +202,9 @@ type simNode struct {
 	history     map[string]bool // "key=value" the node held before (rollback detection)
 	deletions   int
 	monitorDown bool
-	// repairedClass is the fault class the node's NodeClaim was deleted
-	// for; after the replacement joins (replacedAt) a failure of the same
-	// class within breaker.DefaultReplacementCycle is a Replacement signal.
-	repairedClass string
-	replacedAt    time.Time
+	// replacedAt is when this slot's replacement machine joined (zero for
+	// the original machine): breaker.ReplacementFailure's joined.
+	replacedAt time.Time
 
 	// Ground truth since the last recovery or replacement.
 	truth map[Truth]time.Time
@@ -252,6 +250,7 @@ type replay struct {
 	cohortKeys map[string]bool
 	bstate     breaker.State
 	signals    []breaker.Signal
+	replaced   []breaker.Replaced // NodeClaim deletions, for breaker.ReplacementFailure
 	deletedAt  []time.Time
 	nvTripped  bool
 
@@ -745,8 +744,7 @@ func (r *replay) diagnose(n *simNode, now time.Time) {
 		}
 		for _, id := range d.FindingIDs {
 			if f, ok := fresh[id]; ok && !f.Time.Equal(n.lastSignal) {
-				rep := n.gen > 0 && d.FaultClass == n.repairedClass && !n.replacedAt.IsZero() &&
-					f.Time.Sub(n.replacedAt) <= breaker.DefaultReplacementCycle
+				rep := breaker.ReplacementFailure(n.attrs[breaker.KeyNodePool], d.FaultClass, n.replacedAt, f.Time, r.replaced)
 				r.signals = append(r.signals, breaker.Signal{Node: n.name, At: f.Time, Replacement: rep})
 				n.lastSignal = f.Time
 			}
@@ -1010,7 +1008,7 @@ func (r *replay) delete(n *simNode, t time.Duration, now time.Time) {
 	}
 	r.out.Deletions = append(r.out.Deletions, d)
 	n.deletions++
-	n.repairedClass = n.head.FaultClass
+	r.replaced = append(r.replaced, breaker.Replaced{Pool: n.attrs[breaker.KeyNodePool], FaultClass: n.head.FaultClass, At: now})
 	clear(n.truth)
 	n.brokenSince = time.Time{}
 	// Karpenter drains the node while it launches the replacement; the old
