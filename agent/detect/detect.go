@@ -1,17 +1,24 @@
 // Package detect turns kernel log records (agent/kmsg) into findings
 // (agent/finding): facts such as "Xid 79 on 0000:3b:00.0", never actions.
 //
-// Three kinds of detectors run on every record:
+// These detectors run on every record:
 //
 //   - the Xid parser (code, xid.go) for "NVRM: Xid (PCI:0000:3b:00): 79, ..."
 //     lines in every driver format, with the Xid 45 cause, the Xid 154
-//     recovery action and Xid 13's multi-line events;
+//     recovery action, Xid 94/95 containment, NVLink link numbers and the
+//     multi-line events of Xid 13, 94 and 95;
+//   - the NVSwitch SXid assembler (code, sxid.go): summary, engine and Data
+//     lines of one SXid event, per switch;
+//   - the stack-report assembler (code, stack.go): hung tasks, soft and hard
+//     lockups and RCU stalls with the kernel modules on their stack;
 //   - the PCIe AER assembler (code, aer.go), which builds one finding from
 //     the many lines of one AER report and links the reporting port to the
 //     GPU behind it;
 //   - pattern rules (data, rules.yaml, embedded and replaceable) for the
 //     simple detectors: fallen-off-bus, gpu-count, driver-version,
-//     rminit-failed and gsp-error.
+//     rminit-failed, gsp-error, driver-version-mismatch,
+//     gsp-firmware-missing, filesystem-error, oom-kill, nic-firmware and
+//     nic-link.
 //
 // A Detector is streaming: Feed returns the findings a record completes.
 // Lines that are one event (three Xid 13 lines, an AER report) are held until
