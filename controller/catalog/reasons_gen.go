@@ -71,6 +71,8 @@ const (
 	ReasonDriverImageDefect = "DriverImageDefect"
 	// ReasonDriverInitFailedAfterChange (condition, driver-regression, reboot): GPU initialisation failed (RmInitAdapter) in the first boot with a new driver version on this node; the driver change, not the GPU, is the suspect.
 	ReasonDriverInitFailedAfterChange = "DriverInitFailedAfterChange"
+	// ReasonDriverNotLoaded (condition, driver-regression, reboot): No NVIDIA kernel module answers (nvidia-smi "couldn't communicate with the NVIDIA driver", NVML "Driver Not Loaded") while no GPU is reported lost - typically a kernel upgrade without the module rebuilt.
+	ReasonDriverNotLoaded = "DriverNotLoaded"
 	// ReasonNVSwitchFatalError (condition, nvlink, reboot): An NVSwitch reported a fatal SXid, or a non-fatal one NVIDIA's SXid catalogue lists with a system restart as recovery (SXid 12028 stalls the GPU's NVLink traffic); GPU Xids of the same second are part of it.
 	ReasonNVSwitchFatalError = "NVSwitchFatalError"
 	// ReasonNVSwitchNonFatalError (event, nvlink, none): An NVSwitch reported a non-fatal SXid that its catalogue entry does not ask to act on.

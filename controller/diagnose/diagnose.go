@@ -309,6 +309,10 @@ func (e *Engine) classify(f *finding.Finding, ctx classifyContext) (signal, bool
 		s.reason = catalog.ReasonRowRemapFailure
 	case finding.DetectorNVMLError:
 		s.reason = catalog.ReasonGPULost // "GPU is lost", "Unknown Error": the handle is gone (c11, c12)
+		if s.gpu == "" && driverNotLoaded(f.Attr(finding.AttrError)) {
+			// No module answers at all: the driver, not one GPU.
+			s.reason, s.nodeLevel = catalog.ReasonDriverNotLoaded, true
+		}
 	case finding.DetectorRuntimeWedge:
 		s.reason, s.nodeLevel = catalog.ReasonContainerRuntimeNotReady, true
 	case finding.DetectorDevicePlugin:

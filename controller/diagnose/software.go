@@ -224,3 +224,11 @@ func repeatedPeers(sigs []signal, n int, window time.Duration, now time.Time) []
 	}
 	return in
 }
+
+// driverNotLoaded reports whether an NVML error without a GPU says that no
+// NVIDIA kernel module answers (nvidia-smi's "couldn't communicate with the
+// NVIDIA driver", NVML's "Driver Not Loaded").
+func driverNotLoaded(e string) bool {
+	l := strings.ToLower(e)
+	return strings.Contains(l, "couldn't communicate with the nvidia driver") || strings.Contains(l, "driver not loaded")
+}

@@ -57,6 +57,10 @@ func TestSoftwareOSFabricRules(t *testing.T) {
 			catalog.ReasonDriverVersionMismatch, catalog.ActionReboot, 1},
 		{"module built for another kernel: the image, no reboot helps", []finding.Finding{mismatch("kernel", "error", "module built for another kernel")},
 			catalog.ReasonDriverImageDefect, catalog.ActionNone, 1},
+		{"nvidia-smi cannot reach any driver", []finding.Finding{fd(finding.DetectorNVMLError, "b1", 0, "error", "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver")},
+			catalog.ReasonDriverNotLoaded, catalog.ActionReboot, 1},
+		{"a lost GPU is still lost", []finding.Finding{withGPU(fd(finding.DetectorNVMLError, "b1", 0, "error", "GPU is lost"), g1)},
+			catalog.ReasonGPULost, catalog.ActionReplace, 1},
 		{"GSP firmware missing", []finding.Finding{fd(finding.DetectorGSPFirmwareMissing, "b1", 0, "firmware", "nvidia/535.54.03/gsp_ga10x.bin")},
 			catalog.ReasonDriverImageDefect, catalog.ActionNone, 1},
 		{"RmInitAdapter after a driver change is the driver's", []finding.Finding{
