@@ -168,6 +168,11 @@ func fabricStateReason(f *finding.Finding) string {
 	if st == "completed" && status != "" && status != "success" && status != "n/a" {
 		return catalog.ReasonFabricNotReady
 	}
+	if st == "not ready" {
+		// A CUDA client was refused because the GPUs are not on the fabric
+		// (cudaErrorSystemNotReady): the node took work it cannot run.
+		return catalog.ReasonFabricNotReady
+	}
 	if st == "in progress" || st == "not started" {
 		if up, err := strconv.Atoi(f.Attr("uptime_s")); err == nil && time.Duration(up)*time.Second >= FabricGrace {
 			return catalog.ReasonFabricNotReady

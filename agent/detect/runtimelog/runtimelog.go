@@ -67,8 +67,16 @@ var (
 	// runtimeGone is the runtime's socket refusing connections.
 	dockerGone     = regexp.MustCompile(`Cannot connect to the Docker daemon at (\S+?)\.?(?:\s|$)`)
 	runtimeSockErr = regexp.MustCompile(`dial unix (\S*(?:containerd|crio|docker|cri-dockerd)\S*\.sock)`)
-	syslogTime     = regexp.MustCompile(`^([A-Z][a-z]{2} [ 0-9]\d \d\d:\d\d:\d\d)\s`)
-	glogTime       = regexp.MustCompile(`(?:^|\s)[IWEF](\d{4} \d\d:\d\d:\d\d\.\d+)\s`)
+	// fmSwitchErr is Fabric Manager's log of an NVSwitch error
+	// (/var/log/fabricmanager.log): "detected NVSwitch non-fatal error 12028
+	// on fid 0 on NVSwitch pci bus id 00000000:07:00.0 physical id 2 port 62".
+	fmSwitchErr = regexp.MustCompile(`(?i)detected NVSwitch (non-fatal|fatal) error (\d+) on fid \d+ on NVSwitch pci bus id ([0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7])(?: physical id \d+)?(?: port (\d+))?`)
+	// cudaNotReady is CUDA's cudaErrorSystemNotReady (802) as frameworks
+	// log it: on an NVSwitch system the GPUs are not on the fabric (Fabric
+	// Manager not running or not done).
+	cudaNotReady = regexp.MustCompile(`(?i)(?:error 802|CUDA error: system not yet initialized|cudaErrorSystemNotReady)`)
+	syslogTime   = regexp.MustCompile(`^([A-Z][a-z]{2} [ 0-9]\d \d\d:\d\d:\d\d)\s`)
+	glogTime     = regexp.MustCompile(`(?:^|\s)[IWEF](\d{4} \d\d:\d\d:\d\d\.\d+)\s`)
 )
 
 // Stats count what Parse saw.
@@ -235,6 +243,24 @@ func (p *parser) rest(rec string, at time.Time) bool {
 	if rpcDeadline.MatchString(rec) {
 		p.stall("deadline", finding.Finding{Detector: finding.DetectorRuntimeWedge, Time: at,
 			Attrs:    map[string]string{finding.AttrComponent: "container-runtime", finding.AttrError: "DeadlineExceeded"},
+			Evidence: []string{rec}})
+		return true
+	}
+	if m := fmSwitchErr.FindStringSubmatch(rec); m != nil {
+		dev, err := finding.NormalizePCI(m[3])
+		if err == nil {
+			attrs := map[string]string{finding.AttrSXid: m[2], finding.AttrSeverity: strings.ToLower(m[1]), finding.AttrSource: "fabricmanager"}
+			if m[4] != "" {
+				attrs[finding.AttrLink] = m[4]
+			}
+			p.add("fm\x00"+dev+"\x00"+m[2]+"\x00"+m[4], finding.Finding{Detector: finding.DetectorNVSwitchSXid, DevicePCI: dev, Time: at,
+				Attrs: attrs, Evidence: []string{rec}})
+			return true
+		}
+	}
+	if cudaNotReady.MatchString(rec) {
+		p.add("fabric-not-ready", finding.Finding{Detector: finding.DetectorFabricState, Time: at,
+			Attrs:    map[string]string{finding.AttrState: "not ready", finding.AttrStatus: "cudaErrorSystemNotReady (802)"},
 			Evidence: []string{rec}})
 		return true
 	}

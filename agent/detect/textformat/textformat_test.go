@@ -48,6 +48,7 @@ func TestSniff(t *testing.T) {
 		{"[2026-01-04 21:33:04] job-b-master-0:617:2799 [3] transport/net_ib.cc:2360 NCCL WARN NET/IB: x", JobLog},
 		{"failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create failed", RuntimeLog},
 		{"KubeletNotReady              container runtime is down", RuntimeLog},
+		{"[Jul 01 2024 10:00:00] [ERROR] [tid 841] detected NVSwitch non-fatal error 12028 on fid 0", RuntimeLog},
 		{"", KernelLog},
 	}
 	for _, tt := range tests {
