@@ -69,7 +69,7 @@ const (
 	ReasonDriverVersionMismatch = "DriverVersionMismatch"
 	// ReasonDriverImageDefect (condition, driver-regression, none): The node's driver cannot work with this image - the GSP firmware file is missing, the module was built for another kernel, or the driver branch does not support the GPU.
 	ReasonDriverImageDefect = "DriverImageDefect"
-	// ReasonDriverInitFailedAfterChange (condition, driver-regression, reboot): GPU initialisation failed (RmInitAdapter) in the first boot with a new driver version on this node; the driver change, not the GPU, is the suspect.
+	// ReasonDriverInitFailedAfterChange (condition, driver-regression, reboot): GPU initialisation failed (RmInitAdapter, GSP firmware bring-up) in the first boot with a new driver version on this node, or on several GPUs at once; the driver, not a GPU, is the suspect.
 	ReasonDriverInitFailedAfterChange = "DriverInitFailedAfterChange"
 	// ReasonDriverNotLoaded (condition, driver-regression, reboot): No NVIDIA kernel module answers (nvidia-smi "couldn't communicate with the NVIDIA driver", NVML "Driver Not Loaded") while no GPU is reported lost - typically a kernel upgrade without the module rebuilt.
 	ReasonDriverNotLoaded = "DriverNotLoaded"
@@ -103,4 +103,6 @@ const (
 	ReasonNodeNotReady = "NodeNotReady"
 	// ReasonNodeTerminating (none, provisioning, none): The Node or its NodeClaim already carries a deletionTimestamp (Karpenter's termination finalizer is draining it); it is leaving, not faulty.
 	ReasonNodeTerminating = "NodeTerminating"
+	// ReasonNodeClaimNotInitialized (none, provisioning, none): A NodeClaim's Node registered but never initialized (Initialized not True - startup taints, resources or the device plugin not ready); it is not capacity yet.
+	ReasonNodeClaimNotInitialized = "NodeClaimNotInitialized"
 )

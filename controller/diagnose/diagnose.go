@@ -155,7 +155,7 @@ type incident struct {
 // priority), then events. An empty result means nothing to report.
 func (e *Engine) Diagnose(in Input) []Diagnosis {
 	current, history := splitBoots(in)
-	sigs := e.classifyAll(current, classifyContext{driverChanged: driverChanged(current, history)})
+	sigs := e.classifyAll(current, classifyContext{driverChanged: driverChanged(current, history) || manyGPUsFailInit(current)})
 	incidents := e.group(sigs, in.Now)
 
 	hist := e.historyClasses(history)
@@ -210,7 +210,8 @@ func splitBoots(in Input) (current, history []finding.Finding) {
 // node's findings.
 type classifyContext struct {
 	// driverChanged: this boot runs another driver version than an earlier
-	// one (GPU init failures then point at the driver, not the GPU).
+	// one, or several GPUs fail to initialise at once (GPU init failures
+	// then point at the driver, not a GPU).
 	driverChanged bool
 }
 
@@ -349,6 +350,10 @@ func (e *Engine) classify(f *finding.Finding, ctx classifyContext) (signal, bool
 			return s, true
 		}
 		if f.Attr("registered") == "True" {
+			if i := f.Attr("initialized"); i != "" && i != "True" {
+				s.reason, s.nodeLevel = catalog.ReasonNodeClaimNotInitialized, true
+				return s, true
+			}
 			return s, false
 		}
 		s.reason, s.nodeLevel = catalog.ReasonNodeClaimNotRegistered, true

@@ -237,3 +237,21 @@ func driverNotLoaded(e string) bool {
 	l := strings.ToLower(e)
 	return strings.Contains(l, "couldn't communicate with the nvidia driver") || strings.Contains(l, "driver not loaded")
 }
+
+// manyGPUsFailInit reports whether GPU initialisation (RmInitAdapter, GSP
+// firmware bring-up) failed on two or more GPUs in this boot: hardware
+// fails one GPU at a time, a driver or firmware that does not fit fails
+// them all.
+func manyGPUsFailInit(current []finding.Finding) bool {
+	gpus := map[string]bool{}
+	for _, f := range current {
+		if f.GPUPCI == "" {
+			continue
+		}
+		if f.Detector == finding.DetectorRmInitFailed ||
+			f.Detector == finding.DetectorGSPError && strings.Contains(f.Attr(finding.AttrMessage), "init failed") {
+			gpus[f.GPUPCI] = true
+		}
+	}
+	return len(gpus) >= 2
+}

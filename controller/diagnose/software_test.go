@@ -69,6 +69,10 @@ func TestSoftwareOSFabricRules(t *testing.T) {
 			withGPU(fd(finding.DetectorRmInitFailed, "b1", time.Second, "error_code", "0x62:0x40:2192"), g1),
 			withGPU(fd(finding.DetectorRmInitFailed, "b1", 2*time.Second), g2),
 		}, catalog.ReasonDriverInitFailedAfterChange, catalog.ActionReboot, 1},
+		{"RmInitAdapter on several GPUs at once is the driver's", []finding.Finding{
+			withGPU(fd(finding.DetectorRmInitFailed, "b1", time.Second, "error_code", "0x62:0x40:2192"), g1),
+			withGPU(fd(finding.DetectorRmInitFailed, "b1", 2*time.Second, "error_code", "0x62:0x40:2192"), g2),
+		}, catalog.ReasonDriverInitFailedAfterChange, catalog.ActionReboot, 1},
 		{"RmInitAdapter with the same driver stays the GPU's", []finding.Finding{
 			fd(finding.DetectorDriverVersion, "b0", -time.Hour, "value", "550.54.14"),
 			fd(finding.DetectorDriverVersion, "b1", 0, "value", "550.54.14"),
@@ -139,6 +143,8 @@ func TestSoftwareOSFabricRules(t *testing.T) {
 		}, catalog.ReasonContainerRuntimeNotReady, catalog.ActionRestartRuntime, 1},
 		{"Ready=True is no finding", []finding.Finding{fd(finding.DetectorNodeCondition, "b1", 0, "type", "Ready", "status", "True", "reason", "KubeletReady")},
 			"", catalog.ActionNone, 0},
+		{"a NodeClaim registered but never initialized", []finding.Finding{fd(finding.DetectorNodeClaimStatus, "b1", 0, "launched", "True", "registered", "True", "initialized", "False")},
+			catalog.ReasonNodeClaimNotInitialized, catalog.ActionNone, 1},
 		{"a terminating Node", []finding.Finding{fd(finding.DetectorNodeTerminating, "b1", 0, "deletion_timestamp", "2025-04-21T19:27:22Z")},
 			catalog.ReasonNodeTerminating, catalog.ActionNone, 1},
 	}
