@@ -116,13 +116,19 @@ func (r *Reconciler) evaluateBreakers(ctx context.Context, fleet map[string][]ku
 		if err != nil {
 			return fmt.Errorf("evaluate breakers: %w", err)
 		}
-		replaced, err := r.recentReplacements(ctx, name, now)
-		if err != nil {
-			return fmt.Errorf("evaluate breakers: %w", err)
-		}
 		infos := make(map[string]kube.NodeInfo, len(fleet[name]))
+		young := false // a node that joined recently enough to be a replacement
 		for _, info := range fleet[name] {
 			infos[info.Name] = info
+			if age := now.Sub(info.Created); age >= 0 && age <= breaker.DefaultReplacementCycle {
+				young = true
+			}
+		}
+		var replaced []breaker.Replaced
+		if young && len(ds) > 0 {
+			if replaced, err = r.recentReplacements(ctx, name, now); err != nil {
+				return fmt.Errorf("evaluate breakers: %w", err)
+			}
 		}
 		for _, d := range ds {
 			if d.FaultClass == "none" || d.FaultClass == "provisioning" {
