@@ -59,7 +59,11 @@ var (
 	// or its reason and message alone (c28); NodeStatusUnknown is the node
 	// lifecycle controller's "Kubelet stopped posting node status".
 	notReadyRow = regexp.MustCompile(`^\s*Ready\s+(False|Unknown)\s+.*?\s(KubeletNotReady|NodeStatusUnknown)\s+(.*?)\s*$`)
-	notReady    = regexp.MustCompile(`(?:^|\s)(KubeletNotReady|NodeStatusUnknown)\s{2,}(.*?)\s*$`)
+	// nodeNotReadyEvent is the node lifecycle controller's Event
+	// ("Node node-a1 status is now: NodeNotReady"), as "kubectl get events"
+	// or "describe node" prints it.
+	nodeNotReadyEvent = regexp.MustCompile(`Node \S+ status is now: NodeNotReady`)
+	notReady          = regexp.MustCompile(`(?:^|\s)(KubeletNotReady|NodeStatusUnknown)\s{2,}(.*?)\s*$`)
 	// rpcDeadline is a CRI call the runtime did not answer in time
 	// ("failed to get image stats: rpc error: code = DeadlineExceeded"); the
 	// kubelet logs the bare rpc error after it: one stall.
@@ -157,6 +161,9 @@ func (p *parser) line(rec string) bool {
 	matched := false
 	if m := notReadyRow.FindStringSubmatch(rec); m != nil {
 		p.notReady(rec, at, m[1], m[2], m[3])
+		matched = true
+	} else if nodeNotReadyEvent.MatchString(rec) {
+		p.notReady(rec, at, "Unknown", "NodeNotReady", "")
 		matched = true
 	} else if m := notReady.FindStringSubmatch(rec); m != nil {
 		status := "False"

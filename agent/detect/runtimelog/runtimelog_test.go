@@ -96,3 +96,11 @@ func TestFabricLines(t *testing.T) {
 		t.Fatalf("findings %+v", fs)
 	}
 }
+
+func TestNodeNotReadyEvent(t *testing.T) {
+	t.Parallel()
+	fs, _, err := Parse(strings.NewReader("Normal   NodeNotReady  2m   node-controller  Node ip-10-0-1-23.ec2.internal status is now: NodeNotReady\n"))
+	if err != nil || len(fs) != 1 || fs[0].Detector != "node-condition" || fs[0].Attrs["type"] != "Ready" || fs[0].Attrs["status"] != "Unknown" {
+		t.Fatalf("%v %+v", err, fs)
+	}
+}

@@ -129,7 +129,7 @@ var (
 	sniffProm = regexp.MustCompile(`(?m)^(# (HELP|TYPE) \S+|DCGM_[A-Z0-9_]+(\{|\s))`)
 	sniffSMI  = regexp.MustCompile(`(?im)Unable to determine the device handle|all links are inactive|^\s*Remapped Rows\s*$|^\s*Link \d+: (<inactive>|[0-9.]+ GB/s)|NVIDIA-SMI|^nvidia-smi|^==============NVSMI LOG|^Failed to initialize NVML|^NVML library version`)
 	sniffJob  = regexp.MustCompile(`(?m)^(?:\[[^\]]*\]\s*)?[\w.-]+:\d+:\d+ \[\d+\] .*NCCL (?:WARN|INFO)`)
-	sniffRT   = regexp.MustCompile(`(?m)^[A-Z][a-z]{2} [ 0-9]\d \d\d:\d\d:\d\d \S+ (kubelet|containerd|dockerd|crio|nvidia-device-plugin|nvidia-container)[^:\s]*:|^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ \S+:\d+\]|^Server: Docker Engine|device plugin \w+ rpc failed|OCI runtime create failed|^nvidia-container-cli: |KubeletNotReady|NodeStatusUnknown|rpc error: code = \w+ desc =|detected NVSwitch (?:non-)?fatal error|\[(?:ERROR|WARNING|INFO)\] \[tid \d+\]|CUDA error: system not yet initialized`)
+	sniffRT   = regexp.MustCompile(`(?m)^[A-Z][a-z]{2} [ 0-9]\d \d\d:\d\d:\d\d \S+ (kubelet|containerd|dockerd|crio|nvidia-device-plugin|nvidia-container)[^:\s]*:|^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ \S+:\d+\]|^Server: Docker Engine|device plugin \w+ rpc failed|OCI runtime create failed|^nvidia-container-cli: |KubeletNotReady|NodeStatusUnknown|status is now: NodeNotReady|rpc error: code = \w+ desc =|detected NVSwitch (?:non-)?fatal error|\[(?:ERROR|WARNING|INFO)\] \[tid \d+\]|CUDA error: system not yet initialized`)
 )
 
 // Sniff guesses the format of an input from its beginning. It returns a
