@@ -63,11 +63,11 @@ type Options struct {
 
 // Server is a running throwaway PostgreSQL server.
 type Server struct {
-	binDir  string
-	dir     string // the temporary directory; removed by Stop
-	dataDir string
-	sockDir string
-	logFile string
+	binDir   string
+	dir      string // the temporary directory; removed by Stop
+	dataDir  string
+	sockDir  string
+	logFile  string
 	port     int
 	cred     *syscall.Credential // nil: run as the current user
 	settings map[string]string   // Options.Settings, kept for Resume
@@ -122,12 +122,12 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		return nil, fmt.Errorf("create temporary directory: %w", err)
 	}
 	s := &Server{
-		binDir:  binDir,
-		dir:     dir,
-		dataDir: filepath.Join(dir, "data"),
-		sockDir: filepath.Join(dir, "sock"),
-		logFile: filepath.Join(dir, "postgres.log"),
-		port:    port,
+		binDir:   binDir,
+		dir:      dir,
+		dataDir:  filepath.Join(dir, "data"),
+		sockDir:  filepath.Join(dir, "sock"),
+		logFile:  filepath.Join(dir, "postgres.log"),
+		port:     port,
 		cred:     cred,
 		settings: opts.Settings,
 		done:     make(chan struct{}),
