@@ -51,6 +51,7 @@ LOAD_WORKERS    ?= 4
 LOAD_STEADY     ?= 60s
 LOAD_PG_OUTAGE  ?= 60s
 LOAD_TOLERATION ?= 30s
+LOAD_DB_POOL    ?= 32
 load:
 	@mkdir -p $(BIN)
 	$(GO) test ./test/load -run '^$$' -bench . -benchtime 1x -timeout 60m -args \

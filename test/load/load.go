@@ -82,18 +82,24 @@ type Config struct {
 	Toleration               time.Duration // controller --toleration (30s)
 	Resync                   time.Duration // controller --resync (10s, its default)
 	Workers                  int           // controller --workers (4, its default)
+	// DBPoolConns, when > 0, is pool_max_conns in the controllers'
+	// --database-url. 0 leaves pgxpool's default, max(4, CPUs): 4 on the
+	// 2-core machine, which deadlocks the controller when --workers
+	// deletion guards run at once (docs/scale.md, "Load harness").
+	DBPoolConns int
 	Replicas                 int           // controller replicas, 1 or 2 (2); 2 runs with --leader-elect
 	// KillLeader SIGKILLs the replica holding the cluster's Lease in the
 	// middle of the wave (needs Replicas 2).
 	KillLeader bool
 	PGOutage   time.Duration // PostgreSQL stopped this long under load (60s); < 0 skips it
-	// Background is the fleet-wide rate of non-critical findings (PCIe
-	// correctable errors, which open nothing) in findings/s (Nodes/100), so
-	// the database outage has findings to lose.
+	// Background is the fleet-wide rate of non-critical findings (Xid 92,
+	// informational: it opens nothing and counts towards no breaker) in
+	// findings/s (Nodes/100), so the database outage has findings to lose.
 	Background    float64
 	CreateWorkers int           // concurrent Node/NodeClaim creators (8)
 	Drain         time.Duration // longest wait for agents to deliver everything at the end (3m)
 	Binary        string        // the fleetrepair binary; empty: built into a temporary folder
+	LogDir        string        // where the controllers' logs go (replica-N.log); empty: a temporary folder
 	Logf          func(format string, args ...any)
 }
 
@@ -304,7 +310,12 @@ func (h *harness) setup(ctx context.Context) {
 		h.fatal("%v", buildErr)
 	}
 
-	// The controller migrates the database; the harness then reads it.
+	// `fleetrepair migrate up` first (a migration Job's part), then the
+	// replicas: --migrate passes the DSN's pool_max_conns on to the server,
+	// which refuses it.
+	if out, err := exec.CommandContext(ctx, bin, "migrate", "up", "--database-url", pg.DSN("")).CombinedOutput(); err != nil {
+		h.fatal("migrate database: %v: %s", err, out)
+	}
 	for i := range cfg.Replicas {
 		h.replicas = append(h.replicas, h.startReplica(ctx, bin, i))
 	}
@@ -393,16 +404,23 @@ func (h *harness) startReplica(ctx context.Context, bin string, i int) *replica 
 		h.fatal("%v", err)
 	}
 	name := fmt.Sprintf("replica-%d", i)
-	args := []string{"controller", "--database-url", h.pg.DSN(""), "--listen", "127.0.0.1:" + strconv.Itoa(port),
+	dsn := h.pg.DSN("")
+	if h.cfg.DBPoolConns > 0 {
+		dsn += "&pool_max_conns=" + strconv.Itoa(h.cfg.DBPoolConns)
+	}
+	args := []string{"controller", "--database-url", dsn, "--listen", "127.0.0.1:" + strconv.Itoa(port),
 		"--cluster", Cluster + "=" + h.env.Kubeconfig, "--agent-auth=static", "--agent-token", token,
 		"--toleration", h.cfg.Toleration.String(), "--resync", h.cfg.Resync.String(), "--workers", strconv.Itoa(h.cfg.Workers)}
-	if i == 0 {
-		args = append(args, "--migrate") // one replica migrates; the other starts once it is ready
-	}
 	if h.cfg.Replicas > 1 {
 		args = append(args, "--leader-elect", "--leader-elect-namespace", "default", "--leader-elect-identity", name)
 	}
-	logPath := filepath.Join(h.tb.TempDir(), name+".log")
+	dir := h.cfg.LogDir
+	if dir == "" {
+		dir = h.tb.TempDir()
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		h.fatal("create log folder: %v", err)
+	}
+	logPath := filepath.Join(dir, name+".log")
 	logf, err := os.Create(logPath)
 	if err != nil {
 		h.fatal("create controller log: %v", err)
@@ -534,10 +552,11 @@ func xid79(seq uint64) finding.Finding {
 		Evidence: []string{fmt.Sprintf("[%d.000001] NVRM: Xid (PCI:0000:02:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.", seq)}}
 }
 
-func correctable(seq uint64) finding.Finding {
-	return finding.Finding{Detector: finding.DetectorAERCorrectable, GPUPCI: "0000:02:00.0", DevicePCI: "0000:00:02.0",
-		Attrs:    map[string]string{finding.AttrError: "Receiver Error"},
-		Evidence: []string{fmt.Sprintf("[%d.000002] pcieport 0000:00:02.0: AER: Corrected error received: 0000:02:00.0", seq)}}
+// sbeRate is Xid 92 (high single-bit ECC error rate): informational, it
+// opens nothing and counts towards no breaker, and agents batch it.
+func sbeRate(seq uint64) finding.Finding {
+	return finding.Finding{Detector: finding.DetectorXid, Xid: 92, GPUPCI: "0000:02:00.0",
+		Evidence: []string{fmt.Sprintf("[%d.000002] NVRM: Xid (PCI:0000:02:00): 92, pid='<unknown>', name=<unknown>, High single-bit ECC error rate", seq)}}
 }
 
 // background sends non-critical findings from random nodes outside the wave
@@ -564,7 +583,7 @@ func (h *harness) background(ctx context.Context, d time.Duration) {
 				if n == h.lone || n.zone == h.zones[0] {
 					continue // the wave zone and the lone node carry only their failures
 				}
-				h.enqueue(n, correctable(n.seq.Load()+1))
+				h.enqueue(n, sbeRate(n.seq.Load()+1))
 			}
 		}
 	}
@@ -870,6 +889,31 @@ func (h *harness) drain(ctx context.Context) {
 	deadline := time.Now().Add(h.cfg.Drain)
 	for int64(h.st.ackedCount()) < h.enqueued.Load() && time.Now().Before(deadline) {
 		sleepCtx(ctx, 250*time.Millisecond)
+	}
+	if int64(h.st.ackedCount()) < h.enqueued.Load() {
+		h.logDatabaseSessions(ctx) // a stuck controller shows in its sessions
+	}
+}
+
+// logDatabaseSessions logs the controllers' database sessions that are not
+// idle: what they wait on, for how long, and their last query.
+func (h *harness) logDatabaseSessions(ctx context.Context) {
+	rows, err := h.db.Query(ctx, `SELECT pid, state, coalesce(wait_event_type,'')||':'||coalesce(wait_event,''),
+		coalesce((now()-xact_start)::text,''), left(regexp_replace(query, '\s+', ' ', 'g'), 300)
+		FROM pg_stat_activity WHERE application_name = 'fleetrepair' AND state <> 'idle'`)
+	if err != nil {
+		h.log("read pg_stat_activity: %v", err)
+		return
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var pid int
+		var state, wait, age, query string
+		if err := rows.Scan(&pid, &state, &wait, &age, &query); err != nil {
+			h.log("read pg_stat_activity: %v", err)
+			return
+		}
+		h.log("controller session %d: %s, waiting on %s, transaction age %s, query: %s", pid, state, wait, age, query)
 	}
 }
 

@@ -15,6 +15,11 @@ func (r *Result) WriteTable(w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "fleetrepair load: %d nodes in %d zones, 1 cluster, %d controller replica(s) (--workers %d, --toleration %s, --resync %s), heartbeat %s, background %.0f findings/s\n",
 		c.Nodes, c.Zones, c.Replicas, c.Workers, c.Toleration, c.Resync, c.Heartbeat, c.Background)
+	pool := "pgxpool default"
+	if c.DBPoolConns > 0 {
+		pool = fmt.Sprintf("pool_max_conns=%d", c.DBPoolConns)
+	}
+	fmt.Fprintf(&b, "controller database pool: %s; agents: agent/uplink, --agent-auth=static\n", pool)
 	fmt.Fprintf(&b, "setup (PostgreSQL, API server, Nodes+NodeClaims, controllers, first heartbeats): %s\n\n", r.Setup.Round(time.Second))
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "phase\tseconds\taccepted/s\tp50 ms\tp99 ms\t429\t5xx\t4xx\tno answer\tctrl cores\tctrl RSS MiB\tpg cores\tharness cores\tapiserver req/s\t")
