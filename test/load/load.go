@@ -87,7 +87,7 @@ type Config struct {
 	// 2-core machine, which deadlocks the controller when --workers
 	// deletion guards run at once (docs/scale.md, "Load harness").
 	DBPoolConns int
-	Replicas                 int           // controller replicas, 1 or 2 (2); 2 runs with --leader-elect
+	Replicas    int // controller replicas, 1 or 2 (2); 2 runs with --leader-elect
 	// KillLeader SIGKILLs the replica holding the cluster's Lease in the
 	// middle of the wave (needs Replicas 2).
 	KillLeader bool
