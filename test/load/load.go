@@ -175,7 +175,7 @@ type Result struct {
 	TripAfter   time.Duration // from the wave's first failing report (sent) to the trip decision
 	TripLast    time.Duration // from the wave's last failing report (acknowledged) to the trip; < 0: before it
 	WaveOpened  int           // wave nodes with an open repair when the phase ended
-	OpenP50     time.Duration // report acknowledged -> repair created, wave nodes
+	OpenP50     time.Duration // failing finding given to the agent -> repair created, wave nodes
 	OpenP99     time.Duration
 	OpenedAt    []Sample      // wave repairs opened, over time since the first failing report
 	ZoneDeleted int           // wave-zone NodeClaims with a deletionTimestamp at the end (must be 0)
@@ -807,15 +807,10 @@ func (h *harness) runWave(ctx context.Context) {
 			continue
 		}
 		mu.Lock()
-		var id string
-		for _, n := range h.waveNodes {
-			if n.name == name {
-				id = ids[n]
-			}
-		}
+		sent, ok := sentAt[name]
 		mu.Unlock()
-		if at, ok := h.st.ackTime(id); ok {
-			lat = append(lat, max(0, created.Sub(at)))
+		if ok {
+			lat = append(lat, max(0, created.Sub(sent)))
 		}
 	}
 	slices.Sort(lat)

@@ -43,7 +43,7 @@ func (r *Result) WriteTable(w io.Writer) error {
 	} else {
 		fmt.Fprintf(&b, "  no breaker tripped\n")
 	}
-	fmt.Fprintf(&b, "  wave repairs opened: %d of %d; report acknowledged -> repair created p50 %s p99 %s\n",
+	fmt.Fprintf(&b, "  wave repairs opened: %d of %d; finding given to the agent -> repair created p50 %s p99 %s\n",
 		r.WaveOpened, r.WaveNodes, r.OpenP50.Round(time.Millisecond), r.OpenP99.Round(time.Millisecond))
 	fmt.Fprintf(&b, "  repairs opened over time (s:count): %s\n", samples(r.OpenedAt))
 	fmt.Fprintf(&b, "  NodeClaims deleted in the wave zone: %d (must be 0)\n", r.ZoneDeleted)
