@@ -7,6 +7,7 @@ import (
 
 	"github.com/fleetrepair/fleetrepair/controller/kube"
 	"github.com/fleetrepair/fleetrepair/controller/ledger"
+	"github.com/fleetrepair/fleetrepair/controller/store"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -14,8 +15,125 @@ import (
 // work queue deduplicates: several triggers of one node before a worker
 // takes it are one reconcile, and a node is never reconciled by two workers
 // at once.
+// With leader election on, a node of a cluster this replica does not lead
+// is forwarded to the leader (PostgreSQL NOTIFY, batched every 50 ms).
 func (r *Reconciler) Trigger(cluster, node string) {
-	r.queue.Add(nodeKey{cluster, node})
+	r.mu.Lock()
+	forward := r.leading != nil && !r.leading[cluster]
+	if forward {
+		if len(r.forward) < maxForward {
+			r.forward = append(r.forward, store.NodeRef{Cluster: cluster, Node: node})
+		} else {
+			r.forwardDropped.Inc() // the leader's catch-up pass still finds its findings
+		}
+	}
+	r.mu.Unlock()
+	if !forward {
+		r.queue.Add(nodeKey{cluster, node})
+	}
+}
+
+// maxForward bounds the nodes waiting to be forwarded to other replicas.
+const maxForward = 100_000
+
+// forwardLoop sends the forwarded triggers every 50 ms until ctx ends; a
+// failed send is retried with the next batch.
+func (r *Reconciler) forwardLoop(ctx context.Context) error {
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		r.mu.Lock()
+		batch := r.forward
+		r.forward = nil
+		r.mu.Unlock()
+		if len(batch) == 0 {
+			continue
+		}
+		if err := r.cfg.Store.NotifyReconcile(ctx, batch); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			r.log.ErrorContext(ctx, "forward triggers to the leading replica", "nodes", len(batch), "err", err)
+			r.mu.Lock()
+			if len(r.forward)+len(batch) <= maxForward {
+				r.forward = append(batch, r.forward...)
+			} else {
+				r.forwardDropped.Add(float64(len(batch)))
+			}
+			r.mu.Unlock()
+		}
+	}
+}
+
+// listen enqueues the nodes other replicas forward, for clusters this
+// replica leads, until ctx ends.
+func (r *Reconciler) listen(ctx context.Context) error {
+	return r.cfg.Store.ListenReconcile(ctx, func(n store.NodeRef) {
+		if r.leads(n.Cluster) {
+			r.queue.Add(nodeKey{n.Cluster, n.Node})
+		}
+	}, func(lostAt time.Time) {
+		if lostAt.IsZero() {
+			return
+		}
+		r.resetCatchUp(r.cfg.Now().Add(-time.Since(lostAt) - catchUpMargin)) // notifications may have been lost since then
+		r.log.InfoContext(ctx, "reconcile listener reconnected; the next pass catches up", "lost_at", lostAt)
+	}, func(err error) {
+		r.log.WarnContext(ctx, "reconcile listener lost its connection", "err", err)
+	})
+}
+
+// catchUpMargin covers ingest transactions that commit after the time they
+// stamped as received_at.
+const catchUpMargin = 5 * time.Second
+
+// catchUp enqueues the led clusters' nodes that had findings stored since
+// the last pass (minus catchUpMargin; after a start, a new leadership or a
+// listener gap: further back, see resetCatchUp), so triggers lost to a
+// crashed replica or a dropped notification cost one Resync, never a missed
+// fault.
+func (r *Reconciler) catchUp(ctx context.Context, passStart time.Time) {
+	r.mu.Lock()
+	since, gen := r.catchUpFrom, r.catchUpGen
+	r.mu.Unlock()
+	if since.IsZero() {
+		since = passStart.Add(-r.cfg.CatchUpLookback)
+	}
+	refs, err := r.cfg.Store.NodesWithFindingsSince(ctx, since)
+	if err != nil {
+		r.log.ErrorContext(ctx, "catch up on new findings", "err", err)
+		return // the next pass tries again from the same point
+	}
+	for _, n := range refs {
+		if _, ok := r.cfg.Clusters[n.Cluster]; ok && r.leads(n.Cluster) {
+			r.queue.Add(nodeKey{n.Cluster, n.Node})
+		}
+	}
+	r.mu.Lock()
+	if r.catchUpGen == gen { // no reset meanwhile
+		r.catchUpFrom = passStart.Add(-catchUpMargin)
+	}
+	r.mu.Unlock()
+}
+
+// resetCatchUp makes the next catch-up start at from at the latest (zero:
+// CatchUpLookback back).
+func (r *Reconciler) resetCatchUp(from time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.resetCatchUpLocked(from)
+}
+
+func (r *Reconciler) resetCatchUpLocked(from time.Time) {
+	if from.IsZero() || r.catchUpFrom.IsZero() || from.Before(r.catchUpFrom) {
+		r.catchUpFrom = from
+	}
+	r.catchUpGen++
 }
 
 // Run starts every cached cluster's informers (their watches enqueue the
@@ -37,6 +155,13 @@ func (r *Reconciler) Run(ctx context.Context) error {
 		g.Go(func() error {
 			return k.Run(ctx, func(node string) { r.Trigger(name, node) })
 		})
+	}
+	r.mu.Lock()
+	elected := r.leading != nil
+	r.mu.Unlock()
+	if elected {
+		g.Go(func() error { return r.forwardLoop(ctx) })
+		g.Go(func() error { return r.listen(ctx) })
 	}
 	g.Go(func() error {
 		t := time.NewTicker(r.cfg.Resync)
@@ -76,6 +201,10 @@ func (r *Reconciler) work(ctx context.Context) bool {
 		return false
 	}
 	defer r.queue.Done(k)
+	if !r.leads(k.cluster) {
+		r.queue.Forget(k) // another replica leads it now; its catch-up covers this node
+		return true
+	}
 	if r.knownUnreachable(k.cluster) {
 		r.queue.AddAfter(k, r.cfg.Resync) // its nodes are unknown; no worker waits on a dead API server
 		return true
@@ -111,6 +240,7 @@ func (r *Reconciler) EvaluateSoon() {
 // windows expire and deletions complete without new findings, and every
 // node on which another agent reports a problem condition (interop).
 func (r *Reconciler) enqueueOpen(ctx context.Context) {
+	r.catchUp(ctx, r.cfg.Now())
 	fleet := r.listFleet(ctx) // one Node list per cluster for the whole pass
 	if err := r.evaluateBreakers(ctx, fleet); err != nil {
 		r.log.ErrorContext(ctx, "evaluate breakers", "err", err)

@@ -66,6 +66,11 @@ type Config struct {
 	// ProbeTimeout bounds each cluster's reachability probe and Node read
 	// in the periodic pass (default 10s).
 	ProbeTimeout time.Duration
+	// CatchUpLookback is how far back the first periodic pass (and the
+	// first after this replica gains a cluster's Lease) looks for nodes with
+	// findings to reconcile (default 15m): what a crashed replica had
+	// queued is reconciled by whoever runs next.
+	CatchUpLookback time.Duration
 	// MaxBreakerAge is the oldest breaker evaluation the deletion guard acts
 	// on (default 3 x Resync, at least 30s): an older one is refused and
 	// retried, so a stalled periodic pass never lets a deletion through on
@@ -108,6 +113,13 @@ type Reconciler struct {
 	// queue holds the nodes to reconcile (client-go's rate-limited work
 	// queue: per-node deduplication and exponential per-node backoff).
 	queue workqueue.TypedRateLimitingInterface[nodeKey]
+	// forward holds triggers for clusters another replica leads
+	// (forwardLoop sends them); catchUpFrom is where the next pass's
+	// catch-up on new findings starts (zero: CatchUpLookback back).
+	forward        []store.NodeRef
+	forwardDropped prometheus.Counter
+	catchUpFrom    time.Time
+	catchUpGen     int // bumped by every reset of catchUpFrom
 	// evaluate asks the periodic pass to run now (EvaluateSoon).
 	evaluate chan struct{}
 	// leading is nil when leader election is off (every cluster is ours);
@@ -152,6 +164,9 @@ func New(cfg Config) (*Reconciler, error) {
 	if cfg.ReconcileTimeout == 0 {
 		cfg.ReconcileTimeout = time.Minute
 	}
+	if cfg.CatchUpLookback == 0 {
+		cfg.CatchUpLookback = 15 * time.Minute
+	}
 	if cfg.ProbeTimeout == 0 {
 		cfg.ProbeTimeout = 10 * time.Second
 	}
@@ -188,12 +203,14 @@ func New(cfg Config) (*Reconciler, error) {
 		timeToReplace: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "fleetrepair_time_to_replace_seconds",
 			Help:    "From the NodeClaim deletion to the replacement Node Ready and healthy, in seconds.",
 			Buckets: prometheus.ExponentialBuckets(15, 2, 10)}),
+		forwardDropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "fleetrepair_forward_dropped_total",
+			Help: "Triggers for another replica's clusters not forwarded (queue full or PostgreSQL down); the leader's catch-up pass reconciles them."}),
 		replacementsFailed: prometheus.NewCounter(prometheus.CounterOpts{Name: "fleetrepair_replacements_failed_total",
 			Help: "Replacements not Ready and healthy within the verify timeout."}),
 	}
 	var qm workqueue.MetricsProvider
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{r.reconciles, r.deletions, r.transitions, r.breakersOpen, r.timeToReplace, r.replacementsFailed} {
+		for _, c := range []prometheus.Collector{r.reconciles, r.deletions, r.transitions, r.breakersOpen, r.timeToReplace, r.replacementsFailed, r.forwardDropped} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("register repair metrics: %w", err)
 			}

@@ -97,7 +97,7 @@ func Handler(cfg Config) (http.Handler, error) {
 			Help: "Findings stored for the first time (duplicates excluded)."}),
 	}
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{s.reports, s.findings} {
+		for _, c := range []prometheus.Collector{s.reports, s.findings, newGauges(s)} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("register api metrics: %w", err)
 			}
