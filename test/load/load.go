@@ -723,13 +723,12 @@ func (h *harness) runWave(ctx context.Context) {
 			mu.Unlock()
 		})
 	}
-	var loneID string
 	var loneSent time.Time
 	wg.Go(func() {
 		sleepCtx(ctx, cfg.WaveSpread/2)
-		id := h.enqueue(h.lone, xid79(h.lone.seq.Load()+1))
+		h.enqueue(h.lone, xid79(h.lone.seq.Load()+1))
 		mu.Lock()
-		loneID, loneSent = id, time.Now()
+		loneSent = time.Now()
 		mu.Unlock()
 	})
 	if cfg.KillLeader {
@@ -784,7 +783,6 @@ func (h *harness) runWave(ctx context.Context) {
 		}
 	}
 	h.res.WaveOpened = lastSample
-	_ = loneID
 	// Latency from a wave report's acknowledgement to its repair.
 	rows, err := h.db.Query(ctx, `SELECT node, created_at FROM repairs WHERE cluster = $1 AND node = ANY($2) AND created_at >= $3`, Cluster, waveNames, t0)
 	if err != nil {
