@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin
 PKGS    := ./...
 
-.PHONY: all build test test-race demo generate verify fmt vet bench load clean
+.PHONY: all build test test-race demo screenshots generate verify fmt vet bench load clean
 
 all: build
 
@@ -14,6 +14,13 @@ build:
 demo:
 	$(GO) build -o $(BIN)/ ./cmd/fleetrepair
 	./$(BIN)/fleetrepair demo $(DEMO_ARGS)
+
+## screenshots: a PNG of every dashboard page from the demo into docs/screenshots (needs Chromium)
+SHOTS_ADDR ?= 127.0.0.1:18081
+screenshots:
+	$(GO) build -o $(BIN)/ ./cmd/fleetrepair ./test/screenshots
+	@./$(BIN)/fleetrepair demo --listen $(SHOTS_ADDR) >/tmp/fleetrepair-screenshots-demo.log 2>&1 & pid=$$!; \
+	  ./$(BIN)/screenshots -url http://$(SHOTS_ADDR) -out docs/screenshots; rc=$$?; kill -INT $$pid; wait $$pid; exit $$rc
 
 ## test: every test, on a real PostgreSQL (DATABASE_URL, or a throwaway local cluster)
 test:

@@ -70,6 +70,13 @@ type Options struct {
 	// Authenticator checks agents' tokens (auth.StaticToken,
 	// *auth.TokenReview); nil accepts every report (tests, insecure setups).
 	Authenticator auth.Authenticator
+	// OIDC configures the dashboard's login (nil: no OIDC login).
+	OIDC *auth.OIDCConfig
+	// DevLogin offers the dashboard's password-less local login: only
+	// `fleetrepair demo` sets it.
+	DevLogin bool
+	// SecureCookies marks the dashboard's session cookie HTTPS-only.
+	SecureCookies bool
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 	Log *slog.Logger
@@ -164,12 +171,17 @@ func Start(ctx context.Context, o Options) (*Controller, error) {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	h, err := api.Handler(api.Config{Store: st, Catalog: cat, Clusters: names, Authenticator: o.Authenticator,
+	svc, err := api.New(api.Config{Store: st, Catalog: cat, Clusters: names, Authenticator: o.Authenticator,
 		OnIngest: rec.Trigger, ClusterStates: rec.Clusters, Operators: o.Operators, Gatherer: reg, Registerer: reg, Now: o.Now, Log: o.Log,
 		Shadow: shadow.Config{Store: st, Engine: eng, Policy: pol, Breaker: bp, Toleration: o.Toleration, Clusters: names, Resync: o.Resync}.ReportFunc()})
 	if err != nil {
 		st.Close()
 		return nil, err
+	}
+	h, err := dashboard(ctx, o, st, svc)
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("start controller: %w", err)
 	}
 	ln, err := net.Listen("tcp", o.Listen)
 	if err != nil {
@@ -193,6 +205,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		}
 	}
 	g.Go(func() error { return c.rec.Run(ctx) })
+	g.Go(func() error { return sweepSessions(ctx, c.Store, c.opts.Now, c.opts.Log) })
 	g.Go(func() error {
 		if err := c.srv.Serve(c.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("serve api: %w", err)

@@ -67,6 +67,11 @@ type Config struct {
 	// error wrapping store.ErrInvalid is a bad range (400). Nil: the route
 	// answers 501.
 	Shadow func(ctx context.Context, since, until time.Time) (any, error)
+
+	// ApprovalTTL is how long a held repair waits for a decision before it
+	// expires (the reconciler's repair.Config.ApprovalTTL; default 24h),
+	// shown as each held repair's expiry.
+	ApprovalTTL time.Duration
 }
 
 type server struct {
@@ -76,8 +81,16 @@ type server struct {
 	findings prometheus.Counter
 }
 
-// Handler returns the HTTP handler with every route.
+// Handler returns the HTTP handler with every route (New(cfg).Handler()).
 func Handler(cfg Config) (http.Handler, error) {
+	sv, err := New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return sv.Handler(), nil
+}
+
+func newServer(cfg Config) (*server, error) {
 	if cfg.Store == nil || cfg.Catalog == nil {
 		return nil, errors.New("new api handler: Store and Catalog are required")
 	}
@@ -106,6 +119,11 @@ func Handler(cfg Config) (http.Handler, error) {
 	for _, c := range cfg.Clusters {
 		s.clusters[c] = true
 	}
+	return s, nil
+}
+
+func (s *server) routes() http.Handler {
+	cfg := s.cfg
 	r := chi.NewRouter()
 	r.Use(middleware.RequestID, middleware.Recoverer)
 	r.Get("/livez", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
@@ -117,7 +135,11 @@ func Handler(cfg Config) (http.Handler, error) {
 		r.Get("/repairs/{id}", s.getRepair)
 		r.Post("/repairs/{id}/approve", s.decide(ledger.Approved))
 		r.Post("/repairs/{id}/reject", s.decide(ledger.Rejected))
+		r.Get("/nodes", s.listNodes)
 		r.Get("/nodes/{cluster}/{node}", s.getNode)
+		r.Get("/fleet", s.getFleet)
+		r.Get("/approvals", s.getApprovals)
+		r.Get("/stats", s.getStats)
 		r.Get("/reasons", s.reasons)
 		r.Get("/clusters", s.listClusters)
 		r.Get("/breakers", s.getBreakers)
@@ -131,7 +153,7 @@ func Handler(cfg Config) (http.Handler, error) {
 	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusMethodNotAllowed, "method not allowed: "+r.Method+" "+r.URL.Path, "", nil)
 	})
-	return r, nil
+	return r
 }
 
 // ErrorBody is the one error envelope of the API.
@@ -369,27 +391,10 @@ func (s *server) getRepair(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid repair id", chi.URLParam(r, "id"), nil)
 		return
 	}
-	rp, err := s.cfg.Store.GetRepair(r.Context(), id)
+	out, err := (&Service{s: s}).RepairDetail(r.Context(), id)
 	if err != nil {
-		s.writeStoreError(w, r, err)
+		s.writeErr(w, r, err)
 		return
-	}
-	audit, err := s.cfg.Store.RepairAudit(r.Context(), id)
-	if err != nil {
-		s.writeStoreError(w, r, err)
-		return
-	}
-	fs, err := s.cfg.Store.RepairFindings(r.Context(), id)
-	if err != nil {
-		s.writeStoreError(w, r, err)
-		return
-	}
-	out := RepairDetail{Repair: toRepair(rp), Audit: make([]AuditEntry, 0, len(audit)), Findings: fs}
-	for _, a := range audit {
-		out.Audit = append(out.Audit, toAudit(a))
-	}
-	if out.Findings == nil {
-		out.Findings = []finding.Finding{}
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -407,37 +412,10 @@ type NodeDetail struct {
 }
 
 func (s *server) getNode(w http.ResponseWriter, r *http.Request) {
-	cluster, name := chi.URLParam(r, "cluster"), chi.URLParam(r, "node")
-	n, err := s.cfg.Store.GetNode(r.Context(), cluster, name)
+	out, err := (&Service{s: s}).NodeDetail(r.Context(), chi.URLParam(r, "cluster"), chi.URLParam(r, "node"))
 	if err != nil {
-		s.writeStoreError(w, r, err)
+		s.writeErr(w, r, err)
 		return
-	}
-	ds, err := s.cfg.Store.DiagnosesForNode(r.Context(), cluster, name, 200)
-	if err != nil {
-		s.writeStoreError(w, r, err)
-		return
-	}
-	fs, err := s.cfg.Store.FindingsForNode(r.Context(), cluster, name, time.Time{}, 500)
-	if err != nil {
-		s.writeStoreError(w, r, err)
-		return
-	}
-	rs, _, err := s.cfg.Store.ListRepairs(r.Context(), store.RepairFilter{Cluster: cluster, Node: name, Limit: 100})
-	if err != nil {
-		s.writeStoreError(w, r, err)
-		return
-	}
-	out := NodeDetail{Node: toNode(n), Diagnoses: []Diagnosis{}, Findings: fs, Repairs: []Repair{}}
-	out.Health, out.HealthReason = s.health(n, ds)
-	if out.Findings == nil {
-		out.Findings = []finding.Finding{}
-	}
-	for _, d := range ds {
-		out.Diagnoses = append(out.Diagnoses, toDiagnosis(d))
-	}
-	for _, rp := range rs {
-		out.Repairs = append(out.Repairs, toRepair(rp))
 	}
 	writeJSON(w, http.StatusOK, out)
 }
