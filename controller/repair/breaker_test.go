@@ -31,42 +31,8 @@ import (
 // are released one per pass, each through the budgets.
 func TestZoneBreakerHoldsCohortOnly(t *testing.T) {
 	ctx := context.Background()
-	st, err := store.Open(ctx, pgtest.DSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	c := fake.NewClientBuilder().WithScheme(kube.Scheme).WithStatusSubresource(&corev1.Node{}, &karpv1.NodeClaim{}).Build()
-	sim := karpentersim.New(c, 0)
-	_ = sim.CreateNodePool(ctx, "gpu")
-	var z1, z2 []string
-	for i := 0; i < 50; i++ {
-		zone, name := "z2", fmt.Sprintf("b%02d", i)
-		if i < 10 {
-			zone, name = "z1", fmt.Sprintf("a%02d", i)
-			z1 = append(z1, name)
-		} else {
-			z2 = append(z2, name)
-		}
-		if err := sim.CreateNode(ctx, karpentersim.NodeSpec{Name: name, NodePool: "gpu", Zone: zone, InstanceType: "p5.48xlarge", GPUs: 8}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	k := kube.New("c1", c)
-	pol, err := breaker.NewPolicy(breaker.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng, _ := diagnose.New(diagnose.Options{})
-	clk := newClock()
-	rec, err := repair.New(repair.Config{Store: st, Engine: eng, Clusters: map[string]*kube.Cluster{"c1": k}, Breaker: pol, Now: clk.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.SetClusterBudget(ctx, "c1", 100, 10, clk.Now()); err != nil {
-		t.Fatal(err)
-	}
-	e := &env{st: st, k: k, sim: sim, rec: rec, clock: clk}
+	e, z1, z2 := zoneFleet(t, repair.Config{})
+	st, rec, clk := e.st, e.rec, e.clock
 	failing := append(append([]string(nil), z1[:6]...), z2[0])
 	for _, n := range failing {
 		e.ingest(t, n, xid79())
@@ -177,5 +143,71 @@ func TestKillSwitchStopsApprovedRepairs(t *testing.T) {
 	e.reconcile(t, "node-hang")
 	if !e.nodeClaimDeleting(t, "node-hang-nc") {
 		t.Fatalf("not deleted after the kill switch went off (state %s)", e.open(t, "node-hang").State)
+	}
+}
+
+// zoneFleet is cluster c1 with one NodePool: ten nodes in zone z1 (a00..a09)
+// and forty in z2 (b10..b49), the cohort breakers on with their defaults,
+// budgets wide enough that only breakers hold repairs. cfg adds to the
+// reconciler's configuration (Store, Engine, Clusters, Breaker and Now are
+// set here).
+func zoneFleet(t *testing.T, cfg repair.Config) (e *env, z1, z2 []string) {
+	t.Helper()
+	ctx := context.Background()
+	st, err := store.Open(ctx, pgtest.DSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	c := fake.NewClientBuilder().WithScheme(kube.Scheme).WithStatusSubresource(&corev1.Node{}, &karpv1.NodeClaim{}).Build()
+	sim := karpentersim.New(c, 0)
+	if err := sim.CreateNodePool(ctx, "gpu"); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 50; i++ {
+		zone, name := "z2", fmt.Sprintf("b%02d", i)
+		if i < 10 {
+			zone, name = "z1", fmt.Sprintf("a%02d", i)
+			z1 = append(z1, name)
+		} else {
+			z2 = append(z2, name)
+		}
+		if err := sim.CreateNode(ctx, karpentersim.NodeSpec{Name: name, NodePool: "gpu", Zone: zone, InstanceType: "p5.48xlarge", GPUs: 8}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	k := kube.New("c1", c)
+	pol, err := breaker.NewPolicy(breaker.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, _ := diagnose.New(diagnose.Options{})
+	clk := newClock()
+	cfg.Store, cfg.Engine, cfg.Clusters, cfg.Breaker, cfg.Now = st, eng, map[string]*kube.Cluster{"c1": k}, pol, clk.Now
+	rec, err := repair.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.SetClusterBudget(ctx, "c1", 100, 10, clk.Now()); err != nil {
+		t.Fatal(err)
+	}
+	return &env{st: st, k: k, sim: sim, rec: rec, clock: clk}, z1, z2
+}
+
+// waitFor polls ok every 10 ms until it holds, failing the test with what
+// and the output of explain (optional) after deadline. The deadline is a
+// liveness bound (the system must get there at all), never a speed
+// assertion.
+func waitFor(t *testing.T, deadline time.Time, what string, ok func() bool, explain func() string) {
+	t.Helper()
+	for !ok() {
+		if time.Now().After(deadline) {
+			msg := ""
+			if explain != nil {
+				msg = "; " + explain()
+			}
+			t.Fatalf("gave up waiting for %s%s", what, msg)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -143,16 +143,8 @@ func TestCachedClustersOnRealAPIServer(t *testing.T) {
 	go func() { done <- rec.Run(ctx) }()
 	defer func() { cancel(); <-done }()
 
-	deadline := time.Now().Add(90 * time.Second) // liveness bound, not a speed assertion
-	waitFor := func(what string, ok func() bool) {
-		t.Helper()
-		for !ok() {
-			if time.Now().After(deadline) {
-				t.Fatalf("gave up waiting for %s; requests %v; clusters %+v", what, reqs.n, rec.Clusters())
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
+	deadline := time.Now().Add(90 * time.Second)
+	explain := func() string { return fmt.Sprintf("requests %v; clusters %+v", reqs.n, rec.Clusters()) }
 	reachable := func(name string) bool {
 		for _, c := range rec.Clusters() {
 			if c.Name == name {
@@ -161,7 +153,7 @@ func TestCachedClustersOnRealAPIServer(t *testing.T) {
 		}
 		return false
 	}
-	waitFor("both clusters synced and reachable", func() bool { return reachable("east") && reachable("west") })
+	waitFor(t, deadline, "both clusters synced and reachable", func() bool { return reachable("east") && reachable("west") }, explain)
 
 	// Heartbeats: 10 rounds over every node of east. (The informers' first
 	// list may be a list or, with client-go's WatchList, a watch: count from
@@ -173,10 +165,10 @@ func TestCachedClustersOnRealAPIServer(t *testing.T) {
 			rec.Trigger("east", n)
 		}
 	}
-	waitFor("every east node recorded", func() bool {
+	waitFor(t, deadline, "every east node recorded", func() bool {
 		ns, err := st.ListNodes(ctx, "east")
 		return err == nil && len(ns) == len(names)
-	})
+	}, explain)
 	if got := reqs.get("list nodes") + reqs.get("list nodeclaims") - lists; got != 0 {
 		t.Errorf("%d Node/NodeClaim lists reached the API server during heartbeats; reads must come from the cache", got)
 	}
@@ -205,12 +197,12 @@ func TestCachedClustersOnRealAPIServer(t *testing.T) {
 	if err := envs[0].Client.Update(ctx, &n); err != nil {
 		t.Fatal(err)
 	}
-	waitFor("the watch to open gpu-03's repair", func() bool {
+	waitFor(t, deadline, "the watch to open gpu-03's repair", func() bool {
 		_, err := st.OpenRepairForNode(ctx, "east", "gpu-03")
 		return err == nil
-	})
+	}, explain)
 	rp, _ := st.OpenRepairForNode(ctx, "east", "gpu-03")
-	waitFor("the quarantine condition patch", func() bool { return reqs.get("patch nodes") > 0 })
+	waitFor(t, deadline, "the quarantine condition patch", func() bool { return reqs.get("patch nodes") > 0 }, explain)
 	if rp.NodeClaim != "gpu-03-nc" || rp.NodeClaimUID == "" {
 		t.Fatalf("repair names NodeClaim %q (uid %q), want gpu-03-nc from the index", rp.NodeClaim, rp.NodeClaimUID)
 	}
@@ -219,11 +211,11 @@ func TestCachedClustersOnRealAPIServer(t *testing.T) {
 	if err := envs[1].Stop(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor("west unreachable", func() bool { return !reachable("west") })
-	waitFor("east's repair to delete its NodeClaim", func() bool {
+	waitFor(t, deadline, "west unreachable", func() bool { return !reachable("west") }, explain)
+	waitFor(t, deadline, "east's repair to delete its NodeClaim", func() bool {
 		r, err := st.GetRepair(ctx, rp.ID)
 		return err == nil && (r.State == ledger.Deleting || r.State == ledger.Replaced)
-	})
+	}, explain)
 	if !reachable("east") {
 		t.Fatal("east reported unreachable while only west is down")
 	}

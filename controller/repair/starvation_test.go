@@ -7,18 +7,9 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
-	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
-
 	"github.com/fleetrepair/fleetrepair/controller/breaker"
-	"github.com/fleetrepair/fleetrepair/controller/diagnose"
-	"github.com/fleetrepair/fleetrepair/controller/kube"
 	"github.com/fleetrepair/fleetrepair/controller/ledger"
 	"github.com/fleetrepair/fleetrepair/controller/repair"
-	"github.com/fleetrepair/fleetrepair/controller/store"
-	"github.com/fleetrepair/fleetrepair/test/karpentersim"
-	"github.com/fleetrepair/fleetrepair/test/pgtest"
 )
 
 // TestHeartbeatsDoNotStarveBreakers is the fleet-scale safety bug
@@ -34,46 +25,9 @@ import (
 func TestHeartbeatsDoNotStarveBreakers(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	st, err := store.Open(ctx, pgtest.DSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	c := fake.NewClientBuilder().WithScheme(kube.Scheme).WithStatusSubresource(&corev1.Node{}, &karpv1.NodeClaim{}).Build()
-	sim := karpentersim.New(c, 0)
-	if err := sim.CreateNodePool(ctx, "gpu"); err != nil {
-		t.Fatal(err)
-	}
-	var all, z1, z2 []string
-	for i := 0; i < 50; i++ {
-		zone, name := "z2", fmt.Sprintf("b%02d", i)
-		if i < 10 {
-			zone, name = "z1", fmt.Sprintf("a%02d", i)
-			z1 = append(z1, name)
-		} else {
-			z2 = append(z2, name)
-		}
-		all = append(all, name)
-		if err := sim.CreateNode(ctx, karpentersim.NodeSpec{Name: name, NodePool: "gpu", Zone: zone, InstanceType: "p5.48xlarge", GPUs: 8}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	k := kube.New("c1", c)
-	pol, err := breaker.NewPolicy(breaker.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng, _ := diagnose.New(diagnose.Options{})
-	clk := newClock()
-	rec, err := repair.New(repair.Config{Store: st, Engine: eng, Clusters: map[string]*kube.Cluster{"c1": k}, Breaker: pol,
-		Now: clk.Now, Toleration: time.Minute, Resync: 20 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.SetClusterBudget(ctx, "c1", 100, 10, clk.Now()); err != nil {
-		t.Fatal(err)
-	}
-	e := &env{st: st, k: k, sim: sim, rec: rec, clock: clk}
+	e, z1, z2 := zoneFleet(t, repair.Config{Toleration: time.Minute, Resync: 20 * time.Millisecond})
+	st, rec, clk := e.st, e.rec, e.clock
+	all := append(append([]string(nil), z1...), z2...)
 
 	done := make(chan error, 1)
 	go func() { done <- rec.Run(ctx) }()
@@ -99,28 +53,22 @@ func TestHeartbeatsDoNotStarveBreakers(t *testing.T) {
 		rec.Trigger("c1", n)
 	}
 	deadline := time.Now().Add(60 * time.Second)
-	waitFor := func(what string, ok func() bool) {
-		t.Helper()
-		for !ok() {
-			if time.Now().After(deadline) {
-				var states []string
-				for _, n := range failing {
-					r, err := st.OpenRepairForNode(ctx, "c1", n)
-					states = append(states, fmt.Sprintf("%s=%s%v(deleting=%v)", n, r.State, err, e.nodeClaimDeleting(t, n+"-nc")))
-				}
-				t.Fatalf("gave up waiting for %s; repairs: %v", what, states)
-			}
-			time.Sleep(10 * time.Millisecond)
+	states := func() string {
+		var out []string
+		for _, n := range failing {
+			r, err := st.OpenRepairForNode(ctx, "c1", n)
+			out = append(out, fmt.Sprintf("%s=%s%v(deleting=%v)", n, r.State, err, e.nodeClaimDeleting(t, n+"-nc")))
 		}
+		return fmt.Sprint("repairs: ", out)
 	}
-	waitFor("the wave's repairs to open", func() bool {
+	waitFor(t, deadline, "the wave's repairs to open", func() bool {
 		for _, n := range failing {
 			if _, err := st.OpenRepairForNode(ctx, "c1", n); err != nil {
 				return false
 			}
 		}
 		return true
-	})
+	}, states)
 	clk.Add(2 * time.Minute) // every toleration window is over
 
 	zoneOpen := func() bool {
@@ -147,12 +95,12 @@ func TestHeartbeatsDoNotStarveBreakers(t *testing.T) {
 		}
 		return true
 	}
-	waitFor("the zone breaker to trip and hold z1", func() bool { settled := z1Settled(); return zoneOpen() && settled })
-	waitFor("the lone z2 failure to be deleted", func() bool {
+	waitFor(t, deadline, "the zone breaker to trip and hold z1", func() bool { settled := z1Settled(); return zoneOpen() && settled }, states)
+	waitFor(t, deadline, "the lone z2 failure to be deleted", func() bool {
 		z1Settled()
 		r, err := st.OpenRepairForNode(ctx, "c1", z2[0])
 		return err == nil && r.State == ledger.Deleting || e.nodeClaimDeleting(t, z2[0]+"-nc")
-	})
+	}, states)
 	for _, n := range z1[:6] {
 		r := e.open(t, n)
 		if r.Detail["held_by"] != "breaker" {
