@@ -12,14 +12,14 @@ build:
 
 ## demo: self-contained demo (throwaway PostgreSQL, simulated fleet, real agents)
 demo:
-	$(GO) build -o $(BIN)/ ./cmd/fleetrepair
-	./$(BIN)/fleetrepair demo $(DEMO_ARGS)
+	$(GO) build -o $(BIN)/ ./cmd/fleetrepair ./cmd/fleetrepair-demo
+	./$(BIN)/fleetrepair-demo $(DEMO_ARGS)
 
 ## screenshots: a PNG of every dashboard page from the demo into docs/screenshots (needs Chromium)
 SHOTS_ADDR ?= 127.0.0.1:18081
 screenshots:
-	$(GO) build -o $(BIN)/ ./cmd/fleetrepair ./test/screenshots
-	@./$(BIN)/fleetrepair demo --listen $(SHOTS_ADDR) >/tmp/fleetrepair-screenshots-demo.log 2>&1 & pid=$$!; \
+	$(GO) build -o $(BIN)/ ./cmd/fleetrepair-demo ./test/screenshots
+	@./$(BIN)/fleetrepair-demo --listen $(SHOTS_ADDR) >/tmp/fleetrepair-screenshots-demo.log 2>&1 & pid=$$!; \
 	  ./$(BIN)/screenshots -url http://$(SHOTS_ADDR) -out docs/screenshots; rc=$$?; kill -INT $$pid; wait $$pid; exit $$rc
 
 ## test: every test, on a real PostgreSQL (DATABASE_URL, or a throwaway local cluster)

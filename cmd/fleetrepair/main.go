@@ -9,7 +9,6 @@
 //	breakers     list breakers; resume one, or the kill switch (admin token)
 //	simulate     replay fleet scenarios through the real policy and two baselines
 //	shadow       what the current policy would have done with the stored findings (API)
-//	demo         run the self-contained demo (throwaway PostgreSQL, simulated fleet)
 //
 // main only wires the process: signals, streams and the exit code.
 package main
@@ -46,7 +45,7 @@ func run(ctx context.Context, args []string, in io.Reader, out, errOut io.Writer
 	root.SetIn(in)
 	root.SetOut(out)
 	root.SetErr(errOut)
-	root.AddCommand(newControllerCmd(), newMigrateCmd(), newDiagnoseCmd(), newRepairsCmd(), newDemoCmd(), newDecisionCmd("approve"), newDecisionCmd("reject"), newBreakersCmd(), newSimulateCmd(), newShadowCmd())
+	root.AddCommand(newControllerCmd(), newMigrateCmd(), newDiagnoseCmd(), newRepairsCmd(), newDecisionCmd("approve"), newDecisionCmd("reject"), newBreakersCmd(), newSimulateCmd(), newShadowCmd())
 	return root.ExecuteContext(ctx)
 }
 

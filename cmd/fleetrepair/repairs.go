@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,13 +8,13 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/fleetrepair/fleetrepair/web/api"
+	"github.com/fleetrepair/fleetrepair/web/apiclient"
 )
 
 func newRepairsCmd() *cobra.Command {
@@ -146,47 +145,7 @@ func getJSON(ctx context.Context, u string, v any) error {
 	return callAPI(ctx, http.MethodGet, u, "", nil, v)
 }
 
-// callAPI sends one request to the controller's API (30 s timeout) and
-// decodes a 200 answer into v; an error envelope becomes an error carrying
-// its message, detail and validations.
+// callAPI is apiclient.Call (the CLI and the demo share one client).
 func callAPI(ctx context.Context, method, u, token string, body []byte, v any) error {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, u, bytes.NewReader(body))
-	if err != nil {
-		return fmt.Errorf("build request: %w", err)
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return fmt.Errorf("%s %s: %w", method, u, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if err != nil {
-		return fmt.Errorf("read %s: %w", u, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		var e api.ErrorBody
-		if json.Unmarshal(b, &e) == nil && e.Message != "" {
-			msg := e.Message
-			if e.Detail != "" {
-				msg += ": " + e.Detail
-			}
-			if len(e.Validations) > 0 {
-				msg += ": " + strings.Join(e.Validations, "; ")
-			}
-			return fmt.Errorf("%s %s: %s: %s", method, u, resp.Status, msg)
-		}
-		return fmt.Errorf("%s %s: %s", method, u, resp.Status)
-	}
-	if err := json.Unmarshal(b, v); err != nil {
-		return fmt.Errorf("decode %s: %w", u, err)
-	}
-	return nil
+	return apiclient.Call(ctx, method, u, token, body, v)
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -14,13 +15,13 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fleetrepair/fleetrepair/controller/simulate"
-	"github.com/fleetrepair/fleetrepair/test/fixtures"
 )
 
 // simulateOptions are the flags of the simulate command.
 type simulateOptions struct {
-	json, table, cases, strict bool
-	policies                   []string
+	json, table, strict bool
+	cases               string // a case corpus directory
+	policies            []string
 }
 
 func newSimulateCmd() *cobra.Command {
@@ -41,17 +42,17 @@ checked against the case's breaker outcome.
 
   fleetrepair simulate test/fixtures/cases/c10-xid31-driver-rollout/scenario.yaml
   fleetrepair simulate --json controller/simulate/testdata/zone-outage.yaml
-  fleetrepair simulate --cases --table controller/simulate/testdata/*.yaml`,
+  fleetrepair simulate --cases test/fixtures/cases --table controller/simulate/testdata/*.yaml`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if len(args) == 0 && !o.cases {
-				return errors.New("simulate: name at least one scenario file, or --cases")
+			if len(args) == 0 && o.cases == "" {
+				return errors.New("simulate: name at least one scenario file, or --cases DIR")
 			}
 			return runSimulate(cmd.Context(), cmd.OutOrStdout(), args, o)
 		},
 	}
 	cmd.Flags().BoolVar(&o.json, "json", false, "print the results as JSON (an object for one scenario, an array for several)")
 	cmd.Flags().BoolVar(&o.table, "table", false, "print the comparison table of docs/breakers.md (Markdown)")
-	cmd.Flags().BoolVar(&o.cases, "cases", false, "also run every scenario of the embedded case corpus (test/fixtures/cases)")
+	cmd.Flags().StringVar(&o.cases, "cases", "", "also run every DIR/*/scenario.yaml of a case corpus (the repository's is test/fixtures/cases)")
 	cmd.Flags().BoolVar(&o.strict, "strict", false, "exit with status 1 when a checkpoint or expectation fails or cannot be evaluated")
 	cmd.Flags().StringSliceVar(&o.policies, "policy", nil, "policies to replay (fleetrepair, karpenter, nvsentinel; default all)")
 	return cmd
@@ -60,13 +61,17 @@ checked against the case's breaker outcome.
 // runSimulate loads and replays the scenarios and writes the results.
 func runSimulate(ctx context.Context, out io.Writer, files []string, o simulateOptions) error {
 	var scenarios []*simulate.Scenario
-	if o.cases {
-		paths, err := fs.Glob(fixtures.Cases, "cases/*/scenario.yaml")
+	if o.cases != "" {
+		corpus := os.DirFS(o.cases)
+		paths, err := fs.Glob(corpus, "*/scenario.yaml")
 		if err != nil {
-			return fmt.Errorf("list case scenarios: %w", err)
+			return fmt.Errorf("list case scenarios in %s: %w", o.cases, err)
+		}
+		if len(paths) == 0 {
+			return fmt.Errorf("simulate --cases %s: no */scenario.yaml there", o.cases)
 		}
 		for _, p := range paths {
-			sc, err := simulate.LoadFS(fixtures.Cases, p)
+			sc, err := simulate.LoadFS(corpus, p)
 			if err != nil {
 				return fmt.Errorf("load %s: %w", p, err)
 			}

@@ -52,7 +52,7 @@ timeline: [{at: 1m, kind: checkpoint, expect: {deletions: 5, weather: sunny}}]
 			},
 		},
 		{
-			name: "table over the case corpus", args: []string{"simulate", "--cases", "--table", "--policy", "fleetrepair,karpenter"},
+			name: "table over the case corpus", args: []string{"simulate", "--cases", "../../test/fixtures/cases", "--table", "--policy", "fleetrepair,karpenter"},
 			check: func(t *testing.T, out string) {
 				if !strings.HasPrefix(out, "| scenario |") || !strings.Contains(out, "| c22-small-pool-repair-blocked | 3 | karpenter |") ||
 					strings.Contains(out, "nvsentinel") {

@@ -1,6 +1,6 @@
 // Package runner composes the controller process: store, diagnosis engine,
 // reconciler and HTTP API, each with an owner goroutine under one errgroup.
-// `fleetrepair controller`, `fleetrepair demo` and the end-to-end tests all
+// `fleetrepair controller`, `fleetrepair-demo` and the end-to-end tests all
 // start the controller through it, so they run the same wiring.
 package runner
 
@@ -77,7 +77,7 @@ type Options struct {
 	// OIDC configures the dashboard's login (nil: no OIDC login).
 	OIDC *auth.OIDCConfig
 	// DevLogin offers the dashboard's password-less local login: only
-	// `fleetrepair demo` sets it.
+	// `fleetrepair-demo` sets it.
 	DevLogin bool
 	// SecureCookies marks the dashboard's session cookie HTTPS-only.
 	SecureCookies bool

@@ -1,6 +1,6 @@
 // Package pgtemp starts a throwaway PostgreSQL server from the local server
 // binaries (initdb, postgres, pg_ctl, pg_isready) in a temporary directory, for
-// tests and for `fleetrepair demo`. The server listens on 127.0.0.1 on a free
+// tests and for `fleetrepair-demo`. The server listens on 127.0.0.1 on a free
 // port and on a unix socket inside its directory, trusts every local
 // connection, and trades durability for speed (fsync, synchronous_commit and
 // full_page_writes are off): never point anything that matters at it.

@@ -1,4 +1,4 @@
-// Command screenshots logs in to a running `fleetrepair demo` with the
+// Command screenshots logs in to a running `fleetrepair-demo` with the
 // demo's local login and writes a full-page PNG of every dashboard page to
 // a folder (make screenshots: docs/screenshots). It drives Debian's
 // Chromium through chromedp.

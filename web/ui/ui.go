@@ -46,7 +46,7 @@ type Config struct {
 	// OIDC is the login provider; nil offers no OIDC login.
 	OIDC *auth.OIDC
 	// DevLogin offers a local login as any name and role, without a
-	// password: only `fleetrepair demo` sets it, and every page then says
+	// password: only `fleetrepair-demo` sets it, and every page then says
 	// so in a banner.
 	DevLogin bool
 	// Refresh is how often open pages poll for changes (default 2s).
@@ -208,7 +208,7 @@ func (d *dashboard) login(w http.ResponseWriter, r *http.Request, op auth.Operat
 }
 
 // devLogin is the demo's local login: any name, any role, no password. It
-// exists only when Config.DevLogin is set (fleetrepair demo).
+// exists only when Config.DevLogin is set (fleetrepair-demo).
 func (d *dashboard) devLogin(w http.ResponseWriter, r *http.Request) {
 	if !d.cfg.DevLogin {
 		d.fail(w, r, http.StatusNotFound, "the local login exists only in demo mode", "log in with OIDC")

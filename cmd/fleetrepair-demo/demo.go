@@ -8,6 +8,8 @@ import (
 	"io/fs"
 	"log/slog"
 	"net"
+	"net/http"
+	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -31,9 +33,10 @@ import (
 	"github.com/fleetrepair/fleetrepair/test/fixtures"
 	"github.com/fleetrepair/fleetrepair/test/karpentersim"
 	"github.com/fleetrepair/fleetrepair/test/pgtemp"
+	"github.com/fleetrepair/fleetrepair/web/apiclient"
 )
 
-// demoOptions are the flags of `fleetrepair demo`.
+// demoOptions are the flags of `fleetrepair-demo`.
 type demoOptions struct {
 	listen       string
 	databaseURL  string
@@ -82,7 +85,7 @@ is wrong. Budgets in the demo: 20 deletions/h per cluster, 10/h per NodePool.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.listen, "listen", "127.0.0.1:8080", "API listen address (127.0.0.1:0 picks a free port)")
-	f.StringVar(&o.databaseURL, "database-url", envOr("DATABASE_URL", ""), "use this PostgreSQL instead of a throwaway one (env DATABASE_URL)")
+	f.StringVar(&o.databaseURL, "database-url", os.Getenv("DATABASE_URL"), "use this PostgreSQL instead of a throwaway one (env DATABASE_URL)")
 	f.DurationVar(&o.toleration, "toleration", 15*time.Second, "toleration window (shortened from the 10m default for the demo)")
 	f.DurationVar(&o.replaceDelay, "replace-delay", 3*time.Second, "how long the simulated Karpenter takes to replace a node")
 	f.BoolVar(&o.exitAfter, "exit-after-scenarios", false, "check every scenario outcome, print a summary and exit (non-zero if any is wrong)")
@@ -429,7 +432,7 @@ func checkScenarios(ctx context.Context, ctrl *runner.Controller, sim *karpenter
 			p("on-call: all 7 zone repairs are held by the breaker; resuming it (the AZ is healthy again)")
 			body := []byte(`{"cohort":"zone=` + zoneOutage + `","reason":"demo: AZ recovered, replace the broken nodes"}`)
 			var out json.RawMessage
-			if err := postJSON(ctx, ctrl.URL+"/api/v1/breakers/resume", demoOperatorToken, body, &out); err != nil {
+			if err := apiclient.Call(ctx, http.MethodPost, ctrl.URL+"/api/v1/breakers/resume", demoOperatorToken, body, &out); err != nil {
 				return fmt.Errorf("demo on-call: resume breaker: %w", err)
 			}
 			resumedAt = time.Now()
