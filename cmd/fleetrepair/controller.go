@@ -50,7 +50,7 @@ for the cluster the controller runs in. Every flag has an environment fallback
 				return errors.New("at least one --cluster NAME=KUBECONFIG|in-cluster is required")
 			}
 			o.Clusters = map[string]*kube.Cluster{}
-			reviewers := map[string]kubernetes.Interface{}
+			clientsets, reviewers := map[string]kubernetes.Interface{}, map[string]kubernetes.Interface{}
 			for _, c := range clusters {
 				name, path, ok := strings.Cut(c, "=")
 				if !ok || name == "" || path == "" {
@@ -59,11 +59,11 @@ for the cluster the controller runs in. Every flag has an environment fallback
 				if o.Clusters[name] != nil {
 					return fmt.Errorf("--cluster %q: cluster %s given twice", c, name)
 				}
-				k, cs, err := clusterFrom(name, path)
+				k, cs, rv, err := clusterFrom(name, path)
 				if err != nil {
 					return err
 				}
-				o.Clusters[name], reviewers[name] = k, cs
+				o.Clusters[name], clientsets[name], reviewers[name] = k, cs, rv
 			}
 			o.Log = slog.New(slog.NewJSONHandler(os.Stderr, nil))
 			if budgets.DeletionsPerHour < 0 || budgets.NodePoolDeletionsPerHour < 0 || budgets.MaxInFlightPerNodePool < 0 {
@@ -85,7 +85,7 @@ for the cluster the controller runs in. Every flag has an environment fallback
 					h, _ := os.Hostname()
 					leIdentity = h
 				}
-				o.LeaderElection = &runner.LeaderElection{Clients: reviewers, Namespace: leNamespace, Identity: leIdentity}
+				o.LeaderElection = &runner.LeaderElection{Clients: clientsets, Namespace: leNamespace, Identity: leIdentity}
 			}
 			switch agentAuth {
 			case "tokenreview":
@@ -130,7 +130,11 @@ for the cluster the controller runs in. Every flag has an environment fallback
 	return cmd
 }
 
-func clusterFrom(name, path string) (*kube.Cluster, kubernetes.Interface, error) {
+// clusterFrom builds a cluster's clients: the controller-runtime client, a
+// clientset (leader election) and a clientset for TokenReviews only, with its
+// own client-side limits (auth.ReviewQPS, auth.ReviewBurst), so agent
+// authentication neither starves nor is starved by the reconciler.
+func clusterFrom(name, path string) (*kube.Cluster, kubernetes.Interface, kubernetes.Interface, error) {
 	var (
 		cfg *rest.Config
 		err error
@@ -141,17 +145,23 @@ func clusterFrom(name, path string) (*kube.Cluster, kubernetes.Interface, error)
 		cfg, err = clientcmd.BuildConfigFromFlags("", path)
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("load kubeconfig for cluster %s: %w", name, err)
+		return nil, nil, nil, fmt.Errorf("load kubeconfig for cluster %s: %w", name, err)
 	}
 	c, err := client.New(cfg, client.Options{Scheme: kube.Scheme})
 	if err != nil {
-		return nil, nil, fmt.Errorf("build client for cluster %s: %w", name, err)
+		return nil, nil, nil, fmt.Errorf("build client for cluster %s: %w", name, err)
 	}
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		return nil, nil, fmt.Errorf("build clientset for cluster %s: %w", name, err)
+		return nil, nil, nil, fmt.Errorf("build clientset for cluster %s: %w", name, err)
 	}
-	return kube.New(name, c), cs, nil
+	rcfg := rest.CopyConfig(cfg)
+	rcfg.QPS, rcfg.Burst = auth.ReviewQPS, auth.ReviewBurst
+	rv, err := kubernetes.NewForConfig(rcfg)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("build token review client for cluster %s: %w", name, err)
+	}
+	return kube.New(name, c), cs, rv, nil
 }
 
 func newMigrateCmd() *cobra.Command {
