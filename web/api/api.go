@@ -67,6 +67,10 @@ type Config struct {
 	// error wrapping store.ErrInvalid is a bad range (400). Nil: the route
 	// answers 501.
 	Shadow func(ctx context.Context, since, until time.Time) (any, error)
+	// Limits bounds what one caller can make the controller do (per-source,
+	// per-agent and token verification rates, shadow reports at once,
+	// security_audit rows per minute); zero fields take the defaults.
+	Limits Limits
 }
 
 type server struct {
@@ -74,6 +78,7 @@ type server struct {
 	clusters map[string]bool
 	reports  *prometheus.CounterVec
 	findings prometheus.Counter
+	guards   *guards
 }
 
 // Handler returns the HTTP handler with every route.
@@ -95,9 +100,10 @@ func Handler(cfg Config) (http.Handler, error) {
 			Help: "Agent reports received, by result (ok, invalid, unauthorized, error)."}, []string{"result"}),
 		findings: prometheus.NewCounter(prometheus.CounterOpts{Name: "fleetrepair_ingest_findings_new_total",
 			Help: "Findings stored for the first time (duplicates excluded)."}),
+		guards: newGuards(cfg.Limits),
 	}
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{s.reports, s.findings} {
+		for _, c := range append([]prometheus.Collector{s.reports, s.findings}, s.guards.collectors()...) {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("register api metrics: %w", err)
 			}
@@ -107,22 +113,23 @@ func Handler(cfg Config) (http.Handler, error) {
 		s.clusters[c] = true
 	}
 	r := chi.NewRouter()
-	r.Use(middleware.RequestID, middleware.Recoverer)
+	r.Use(middleware.RequestID, middleware.Recoverer, middleware.ClientIPFromRemoteAddr, securityHeaders)
 	r.Get("/livez", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	r.Get("/readyz", s.readyz)
 	r.Handle("/metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))
 	r.Route("/api/v1", func(r chi.Router) {
-		r.Post("/reports", s.ingest)
+		r.Use(s.sourceLimit())
+		r.With(sameOriginJSON).Post("/reports", s.ingest)
 		r.Get("/repairs", s.listRepairs)
 		r.Get("/repairs/{id}", s.getRepair)
-		r.Post("/repairs/{id}/approve", s.decide(ledger.Approved))
-		r.Post("/repairs/{id}/reject", s.decide(ledger.Rejected))
+		r.With(sameOriginJSON).Post("/repairs/{id}/approve", s.decide(ledger.Approved))
+		r.With(sameOriginJSON).Post("/repairs/{id}/reject", s.decide(ledger.Rejected))
 		r.Get("/nodes/{cluster}/{node}", s.getNode)
 		r.Get("/reasons", s.reasons)
 		r.Get("/clusters", s.listClusters)
 		r.Get("/breakers", s.getBreakers)
-		r.Post("/breakers/resume", s.breakerAction(false))
-		r.Post("/breakers/kill-switch", s.breakerAction(true))
+		r.With(sameOriginJSON).Post("/breakers/resume", s.breakerAction(false))
+		r.With(sameOriginJSON).Post("/breakers/kill-switch", s.breakerAction(true))
 		r.Get("/shadow", s.shadow)
 	})
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
@@ -185,7 +192,7 @@ func bearer(r *http.Request) string {
 }
 
 // deny answers 401/403 for an authentication or authorization failure and
-// records it in the security audit.
+// records it in the security audit (sampled: see auditSampler).
 func (s *server) deny(w http.ResponseWriter, r *http.Request, err error, cluster, node, subject string) {
 	status, msg := http.StatusUnauthorized, "agent not authenticated"
 	if errors.Is(err, auth.ErrForbidden) {
@@ -194,10 +201,8 @@ func (s *server) deny(w http.ResponseWriter, r *http.Request, err error, cluster
 		status, msg = http.StatusServiceUnavailable, "cannot verify the agent's token now"
 	}
 	s.reports.WithLabelValues("unauthorized").Inc()
-	if aerr := s.cfg.Store.RecordSecurityEvent(r.Context(), store.SecurityEvent{Cluster: cluster, Node: node, Subject: subject,
-		Action: "ingest", Outcome: "denied", Status: status, Reason: err.Error(), RemoteAddr: r.RemoteAddr}, s.cfg.Now()); aerr != nil {
-		s.cfg.Log.ErrorContext(r.Context(), "record security event", "err", aerr)
-	}
+	s.audit(r.Context(), store.SecurityEvent{Cluster: cluster, Node: node, Subject: subject,
+		Action: "ingest", Outcome: "denied", Status: status, Reason: err.Error(), RemoteAddr: r.RemoteAddr})
 	writeError(w, status, msg, err.Error(), nil)
 }
 
@@ -246,21 +251,10 @@ func (s *server) ingest(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid report", err.Error(), nil)
 		return
 	}
-	if !s.clusters[rep.Cluster] {
-		s.reports.WithLabelValues("invalid").Inc()
-		writeError(w, http.StatusForbidden, "unknown cluster", fmt.Sprintf("this controller serves clusters %v, not %q", s.cfg.Clusters, rep.Cluster), nil)
+	if !s.authenticateAgent(w, r, &rep) {
 		return
 	}
-	if s.cfg.Authenticator != nil {
-		id, err := s.cfg.Authenticator.Authenticate(r.Context(), bearer(r), rep.Cluster)
-		if err == nil {
-			err = auth.Authorize(id, rep.Cluster, rep.Node)
-		}
-		if err != nil {
-			s.deny(w, r, err, rep.Cluster, rep.Node, id.Subject)
-			return
-		}
-	}
+	s.clampTimes(&rep, s.cfg.Now())
 	for i := range rep.Findings {
 		if rep.Findings[i].Node == "" {
 			rep.Findings[i].Node = rep.Node
