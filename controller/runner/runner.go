@@ -67,6 +67,10 @@ type Options struct {
 	// Authenticator checks agents' tokens (auth.StaticToken,
 	// *auth.TokenReview); nil accepts every report (tests, insecure setups).
 	Authenticator auth.Authenticator
+	// Limits bounds what one API caller can make the controller do (rates
+	// per source and per agent, shadow reports at once, audit rows); zero
+	// fields take web/api's defaults.
+	Limits api.Limits
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 	Log *slog.Logger
@@ -162,7 +166,7 @@ func Start(ctx context.Context, o Options) (*Controller, error) {
 	}
 	sort.Strings(names)
 	h, err := api.Handler(api.Config{Store: st, Catalog: cat, Clusters: names, Authenticator: o.Authenticator,
-		OnIngest: rec.Trigger, ClusterStates: rec.Clusters, Operators: o.Operators, Gatherer: reg, Registerer: reg, Now: o.Now, Log: o.Log,
+		OnIngest: rec.Trigger, ClusterStates: rec.Clusters, Operators: o.Operators, Gatherer: reg, Registerer: reg, Now: o.Now, Log: o.Log, Limits: o.Limits,
 		Shadow: shadow.Config{Store: st, Engine: eng, Policy: pol, Breaker: bp, Toleration: o.Toleration, Clusters: names, Resync: o.Resync}.ReportFunc()})
 	if err != nil {
 		st.Close()

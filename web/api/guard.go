@@ -36,7 +36,8 @@ type Limits struct {
 	SourceRPS int
 	// AgentRPS and AgentBurst bound the reports per second of one
 	// authenticated agent (cluster/node); an agent heartbeats every 30 s
-	// and sends findings in batches, so 2/s is far above its need.
+	// and sends findings in batches of up to 1,000, so 10/s (with a burst
+	// of 50 for a spool drained after an outage) is far above its need.
 	AgentRPS   float64
 	AgentBurst int
 	// VerifyRPS and VerifyBurst bound, per source, the tokens that are not
@@ -59,8 +60,8 @@ type Limits struct {
 // Defaults of Limits.
 const (
 	DefaultSourceRPS          = 100
-	DefaultAgentRPS           = 2
-	DefaultAgentBurst         = 20
+	DefaultAgentRPS           = 10
+	DefaultAgentBurst         = 50
 	DefaultVerifyRPS          = 1
 	DefaultVerifyBurst        = 10
 	DefaultShadowConcurrent   = 2
@@ -241,9 +242,10 @@ func sameOriginJSON(next http.Handler) http.Handler {
 	})
 }
 
-// cachedAuthenticator is implemented by authenticators that cache verdicts
-// (auth.TokenReview): a cached token costs nothing to check, so it passes
-// the per-source verification limit.
+// cachedAuthenticator is implemented by authenticators whose verification
+// costs a call and which cache verdicts (auth.TokenReview): a token not in
+// the cache goes through the per-source verification limit. Others
+// (auth.StaticToken, a constant-time compare) are not limited.
 type cachedAuthenticator interface {
 	Cached(token, cluster string) bool
 }
@@ -259,7 +261,7 @@ func (s *server) authenticateAgent(w http.ResponseWriter, r *http.Request, rep *
 	now := s.cfg.Now()
 	if a := s.cfg.Authenticator; a != nil {
 		tok := bearer(r)
-		if c, ok := a.(cachedAuthenticator); !ok || !c.Cached(tok, rep.Cluster) {
+		if c, ok := a.(cachedAuthenticator); ok && !c.Cached(tok, rep.Cluster) {
 			if ok, wait := s.guards.verify.allow(source(r), now); !ok {
 				s.tooMany(w, "verify", "too many unverified tokens from "+source(r)+"; retry later", wait)
 				return false
