@@ -111,6 +111,8 @@ for the cluster the controller runs in. Every flag has an environment fallback
 	f.StringVar(&o.DatabaseURL, "database-url", envOr("DATABASE_URL", ""), "PostgreSQL connection string (env DATABASE_URL)")
 	f.BoolVar(&o.Migrate, "migrate", envOr("FLEETREPAIR_MIGRATE", "") == "true", "apply database migrations at start (env FLEETREPAIR_MIGRATE=true)")
 	f.StringVar(&o.Listen, "listen", envOr("FLEETREPAIR_LISTEN", ":8080"), "HTTP listen address for the API, /metrics, /livez, /readyz")
+	f.StringVar(&o.TLSCertFile, "tls-cert-file", envOr("FLEETREPAIR_TLS_CERT_FILE", ""), "serve HTTPS with this PEM certificate (re-read when it changes; env FLEETREPAIR_TLS_CERT_FILE); needs --tls-key-file")
+	f.StringVar(&o.TLSKeyFile, "tls-key-file", envOr("FLEETREPAIR_TLS_KEY_FILE", ""), "PEM private key of --tls-cert-file (env FLEETREPAIR_TLS_KEY_FILE)")
 	f.StringArrayVar(&clusters, "cluster", nil, "NAME=KUBECONFIG or NAME=in-cluster (repeatable)")
 	f.BoolVar(&o.DryRun, "dry-run", envOr("FLEETREPAIR_DRY_RUN", "") == "true", "record every decision, delete no NodeClaim")
 	f.DurationVar(&o.Toleration, "toleration", 0, "override every reason's toleration window (e.g. 30s for demos; 0 = catalog defaults: 10m accelerated hardware, 30m other)")
