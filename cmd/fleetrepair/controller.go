@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"strings"
 	"time"
@@ -96,6 +97,9 @@ for the cluster the controller runs in. Every flag has an environment fallback
 				}
 				o.Authenticator = auth.StaticToken{Token: agentToken}
 			case "none":
+				if !loopback(o.Listen) {
+					return fmt.Errorf("--agent-auth=none lets anyone report findings for any node: it is allowed only on a loopback --listen address (127.0.0.1:PORT, [::1]:PORT, localhost:PORT), not %q; use tokenreview (or static for a demo)", o.Listen)
+				}
 				o.Log.Warn("agent authentication is OFF (--agent-auth=none): anyone who reaches the API can report findings for any node")
 			default:
 				return fmt.Errorf("--agent-auth %q: want tokenreview, static or none", agentAuth)
@@ -136,6 +140,20 @@ for the cluster the controller runs in. Every flag has an environment fallback
 // clientset (leader election) and a clientset for TokenReviews only, with its
 // own client-side limits (auth.ReviewQPS, auth.ReviewBurst), so agent
 // authentication neither starves nor is starved by the reconciler.
+// loopback reports whether the listen address binds a loopback interface
+// only.
+func loopback(listen string) bool {
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
 func clusterFrom(name, path string) (*kube.Cluster, kubernetes.Interface, kubernetes.Interface, error) {
 	var (
 		cfg *rest.Config

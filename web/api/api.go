@@ -19,6 +19,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -162,12 +163,18 @@ func writeError(w http.ResponseWriter, status int, msg, detail string, validatio
 
 // writeStoreError maps store errors to status codes: ErrNotFound 404,
 // ErrConflict 409, ErrInvalid 400, anything else 500 (logged, not echoed).
+// A database's own error text is never echoed.
 func (s *server) writeStoreError(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		writeError(w, http.StatusNotFound, "not found", "no "+strings.TrimPrefix(r.URL.Path, "/api/v1/"), nil)
 	case errors.Is(err, store.ErrConflict):
 		writeError(w, http.StatusConflict, "conflict", err.Error(), nil)
+	case errors.Is(err, store.ErrInvalid) && errors.As(err, new(*pgconn.PgError)):
+		// The database refused a value: its text names tables and
+		// constraints, which are not the caller's business.
+		s.cfg.Log.WarnContext(r.Context(), "api: database refused a value", "path", r.URL.Path, "err", err)
+		writeError(w, http.StatusBadRequest, "invalid request", "the database refused a value of the request (see the controller log, request id "+middleware.GetReqID(r.Context())+")", nil)
 	case errors.Is(err, store.ErrInvalid):
 		writeError(w, http.StatusBadRequest, "invalid request", err.Error(), nil)
 	default:
