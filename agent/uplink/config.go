@@ -213,11 +213,11 @@ func (c Config) withDefaults() (Config, error) {
 	} else if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
 		p = append(p, fmt.Errorf("url: %q is not an absolute http(s) URL without query", c.URL))
 	}
-	if c.Cluster == "" {
-		p = append(p, errors.New("cluster: required"))
+	if err := finding.CheckName(c.Cluster); err != nil { // the controller refuses every report otherwise
+		p = append(p, fmt.Errorf("cluster: %w", err))
 	}
-	if c.Node == "" {
-		p = append(p, errors.New("node: required"))
+	if err := finding.CheckName(c.Node); err != nil {
+		p = append(p, fmt.Errorf("node: %w", err))
 	}
 	if c.BootID == "" {
 		p = append(p, errors.New("bootID: required (the controller scopes evidence by boot)"))
