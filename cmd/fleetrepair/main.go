@@ -57,3 +57,20 @@ func envOr(k, def string) string {
 	}
 	return def
 }
+
+// flagsFromEnv sets every flag in env (flag name -> environment variable)
+// that was not given on the command line from its environment variable, if
+// set, parsing it as the flag would: a malformed value is an error that
+// names the variable, never a silent default.
+func flagsFromEnv(cmd *cobra.Command, env map[string]string) error {
+	for name, key := range env {
+		v, ok := os.LookupEnv(key)
+		if !ok || cmd.Flags().Changed(name) {
+			continue
+		}
+		if err := cmd.Flags().Set(name, v); err != nil {
+			return fmt.Errorf("environment %s=%q (for --%s): %w", key, v, name, err)
+		}
+	}
+	return nil
+}

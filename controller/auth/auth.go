@@ -89,8 +89,9 @@ func (s StaticToken) Authenticate(_ context.Context, token, cluster string) (Ide
 // queued reviews. Limits per source come before this (web/api).
 type TokenReview struct {
 	// Clusters maps a cluster name to a client of its API server. Give each
-	// client its own QPS/burst (ReviewQPS, ReviewBurst): client-go's default
-	// of 5/10 serves about 150 agents re-authenticating every 30 s.
+	// client its own QPS/burst (cmd/fleetrepair sets 100/200, apart from the
+	// reconciler's client): client-go's default of 5/10 serves about 150
+	// agents re-authenticating every 30 s.
 	Clusters map[string]kubernetes.Interface
 	// Audience the tokens must carry (default DefaultAudience).
 	Audience string
@@ -123,18 +124,6 @@ const (
 	DefaultNegativeTTL   = 10 * time.Second
 	DefaultCacheSize     = 65536 // > 10,000 agents with room for rotation overlap
 	DefaultReviewTimeout = 5 * time.Second
-)
-
-// ReviewQPS and ReviewBurst are the client-side limits the controller gives
-// each cluster's TokenReview client (cmd/fleetrepair). With the positive
-// cache an agent costs one review per token rotation or DefaultReviewTTL,
-// whichever is sooner: 100,000 agents / 300 s is about 333 reviews/s
-// spread over all clusters; 50 QPS per cluster with a burst of 100 covers a
-// 10,000-node cluster's steady state (33/s) with room for a restart wave,
-// without letting the controller flood an API server.
-const (
-	ReviewQPS   = 50
-	ReviewBurst = 100
 )
 
 type cached struct {

@@ -4,7 +4,11 @@
 // keeps every write to Kubernetes behind the repair guards and the ledger.
 //
 // It works on a controller-runtime client, so the same code runs against the
-// client fakes (unit tests, the demo) and a real kube-apiserver.
+// client fakes (unit tests, the demo) and a real kube-apiserver. A cluster
+// made by NewCached reads Nodes and NodeClaims from informers (cache.go)
+// and writes straight to the API server; writes are guarded by UID
+// preconditions and resource versions, so a stale cache costs a retry,
+// never a wrong deletion.
 package kube
 
 import (
@@ -95,6 +99,9 @@ func nodeInfo(n *corev1.Node) NodeInfo {
 // Nodes returns every Node's metadata, without the NodeClaim lookup (the
 // breakers' view of the fleet).
 func (k *Cluster) Nodes(ctx context.Context) ([]NodeInfo, error) {
+	if err := k.synced(); err != nil {
+		return nil, err
+	}
 	var list corev1.NodeList
 	if err := k.c.List(ctx, &list); err != nil {
 		return nil, fmt.Errorf("list nodes: %w", err)
@@ -110,6 +117,8 @@ func (k *Cluster) Nodes(ctx context.Context) ([]NodeInfo, error) {
 type Cluster struct {
 	name string
 	c    client.Client
+	// cached is set by NewCached: reads come from informers.
+	cached *cached
 }
 
 // New returns a Cluster named name using c.
@@ -125,6 +134,9 @@ func (k *Cluster) Client() client.Client { return k.c }
 // an error wrapping a NotFound API error when the node does not exist; a
 // node without a NodeClaim is not an error (NodeClaim is empty).
 func (k *Cluster) NodeInfo(ctx context.Context, node string) (NodeInfo, error) {
+	if err := k.synced(); err != nil {
+		return NodeInfo{}, err
+	}
 	var n corev1.Node
 	if err := k.c.Get(ctx, client.ObjectKey{Name: node}, &n); err != nil {
 		return NodeInfo{}, fmt.Errorf("get node %s: %w", node, err)
@@ -142,10 +154,20 @@ func (k *Cluster) NodeInfo(ctx context.Context, node string) (NodeInfo, error) {
 }
 
 // nodeClaimFor finds the NodeClaim whose status names the node (nodeName or
-// providerID).
+// providerID): through the cache's field indexes when the cluster is
+// cached, else by listing the NodeClaims (client fakes without indexes).
 func (k *Cluster) nodeClaimFor(ctx context.Context, n *corev1.Node) (*karpv1.NodeClaim, error) {
 	var list karpv1.NodeClaimList
-	if err := k.c.List(ctx, &list); err != nil {
+	if k.cached != nil {
+		if err := k.c.List(ctx, &list, client.MatchingFields{IndexNodeClaimNodeName: n.Name}); err != nil {
+			return nil, fmt.Errorf("list nodeclaims of node %s: %w", n.Name, err)
+		}
+		if len(list.Items) == 0 && n.Spec.ProviderID != "" {
+			if err := k.c.List(ctx, &list, client.MatchingFields{IndexNodeClaimProviderID: n.Spec.ProviderID}); err != nil {
+				return nil, fmt.Errorf("list nodeclaims of node %s: %w", n.Name, err)
+			}
+		}
+	} else if err := k.c.List(ctx, &list); err != nil {
 		return nil, fmt.Errorf("list nodeclaims: %w", err)
 	}
 	for i := range list.Items {

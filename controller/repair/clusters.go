@@ -62,6 +62,15 @@ func (r *Reconciler) Clusters() []ClusterState {
 	return out
 }
 
+// knownUnreachable reports whether cluster's API server failed the last
+// call (not merely: not contacted yet).
+func (r *Reconciler) knownUnreachable(cluster string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st, seen := r.clusters[cluster]
+	return seen && !st.Reachable
+}
+
 // Reachable reports whether cluster's API server answered the last call.
 func (r *Reconciler) Reachable(cluster string) bool {
 	r.mu.Lock()
@@ -69,10 +78,14 @@ func (r *Reconciler) Reachable(cluster string) bool {
 	return r.clusters[cluster].Reachable
 }
 
-// UseLeaderElection makes the periodic pass skip clusters whose Lease this
-// replica does not hold (SetLeading). Reconciles triggered by ingest run on
-// every replica: the ledger's compare-and-set transitions keep them safe,
-// election only avoids duplicate background work (DESIGN.md, decision 7).
+// UseLeaderElection makes each cluster's reconciles and periodic pass run
+// only on the replica holding its Lease (SetLeading). A report ingested by
+// another replica reaches the leader through PostgreSQL (Trigger forwards
+// it with NOTIFY; Run listens), and every pass catches up on nodes with new
+// findings, so a lost notification or a crashed replica delays a reconcile
+// by one Resync at most. Correctness still lives in the ledger's
+// compare-and-set transitions and the guard transaction (docs/design.md):
+// election only keeps the work in one place.
 func (r *Reconciler) UseLeaderElection() {
 	r.mu.Lock()
 	if r.leading == nil {
@@ -87,7 +100,14 @@ func (r *Reconciler) SetLeading(cluster string, leading bool) {
 	if r.leading == nil {
 		r.leading = map[string]bool{}
 	}
+	was := r.leading[cluster]
 	r.leading[cluster] = leading
+	if leading && !was {
+		// A new leader does not know what the old one had queued: the next
+		// pass catches up on every node with findings in the last Lookback
+		// of the catch-up (CatchUp).
+		r.resetCatchUpLocked(time.Time{})
+	}
 	r.mu.Unlock()
 	r.log.Info("leader election", "cluster", cluster, "leading", leading)
 }

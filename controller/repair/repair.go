@@ -22,6 +22,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
 
 	"github.com/fleetrepair/fleetrepair/controller/breaker"
 	"github.com/fleetrepair/fleetrepair/controller/catalog"
@@ -54,6 +55,22 @@ type Config struct {
 	// Resync is the period of the full pass over open repairs, which
 	// evaluates the breakers first (default 10s).
 	Resync time.Duration
+	// Workers is the number of nodes reconciled at once (default 4). Each
+	// holds at most one PostgreSQL connection at a time.
+	Workers int
+	// RetryBase and RetryMax bound the per-node exponential backoff of a
+	// failed reconcile (defaults 500ms and 5m).
+	RetryBase, RetryMax time.Duration
+	// ReconcileTimeout bounds one node's reconcile (default 1m).
+	ReconcileTimeout time.Duration
+	// ProbeTimeout bounds each cluster's reachability probe and Node read
+	// in the periodic pass (default 10s).
+	ProbeTimeout time.Duration
+	// CatchUpLookback is how far back the first periodic pass (and the
+	// first after this replica gains a cluster's Lease) looks for nodes with
+	// findings to reconcile (default 15m): what a crashed replica had
+	// queued is reconciled by whoever runs next.
+	CatchUpLookback time.Duration
 	// MaxBreakerAge is the oldest breaker evaluation the deletion guard acts
 	// on (default 3 x Resync, at least 30s): an older one is refused and
 	// retried, so a stalled periodic pass never lets a deletion through on
@@ -92,12 +109,17 @@ type Reconciler struct {
 	cfg Config
 	log *slog.Logger
 
-	mu      sync.Mutex
-	pending map[nodeKey]bool
-	// failed holds nodes whose last reconcile failed; the next periodic pass
-	// retries them even without new findings or an open repair.
-	failed map[nodeKey]bool
-	wake   chan struct{}
+	mu sync.Mutex
+	// queue holds the nodes to reconcile (client-go's rate-limited work
+	// queue: per-node deduplication and exponential per-node backoff).
+	queue workqueue.TypedRateLimitingInterface[nodeKey]
+	// forward holds triggers for clusters another replica leads
+	// (forwardLoop sends them); catchUpFrom is where the next pass's
+	// catch-up on new findings starts (zero: CatchUpLookback back).
+	forward        []store.NodeRef
+	forwardDropped prometheus.Counter
+	catchUpFrom    time.Time
+	catchUpGen     int // bumped by every reset of catchUpFrom
 	// evaluate asks the periodic pass to run now (EvaluateSoon).
 	evaluate chan struct{}
 	// leading is nil when leader election is off (every cluster is ours);
@@ -130,6 +152,27 @@ func New(cfg Config) (*Reconciler, error) {
 	if cfg.Resync == 0 {
 		cfg.Resync = 10 * time.Second
 	}
+	if cfg.Workers == 0 {
+		cfg.Workers = 4
+	}
+	if cfg.RetryBase == 0 {
+		cfg.RetryBase = 500 * time.Millisecond
+	}
+	if cfg.RetryMax == 0 {
+		cfg.RetryMax = 5 * time.Minute
+	}
+	if cfg.ReconcileTimeout == 0 {
+		cfg.ReconcileTimeout = time.Minute
+	}
+	if cfg.CatchUpLookback == 0 {
+		cfg.CatchUpLookback = 15 * time.Minute
+	}
+	if cfg.ProbeTimeout == 0 {
+		cfg.ProbeTimeout = 10 * time.Second
+	}
+	if cfg.Workers < 0 || cfg.RetryBase < 0 || cfg.RetryMax < cfg.RetryBase || cfg.ReconcileTimeout < 0 || cfg.ProbeTimeout < 0 {
+		return nil, errors.New("new reconciler: Workers, RetryBase, ReconcileTimeout and ProbeTimeout must not be negative, RetryMax not below RetryBase")
+	}
 	if cfg.MaxBreakerAge == 0 {
 		cfg.MaxBreakerAge = max(3*cfg.Resync, 30*time.Second)
 	}
@@ -148,7 +191,7 @@ func New(cfg Config) (*Reconciler, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	r := &Reconciler{cfg: cfg, log: cfg.Log, pending: map[nodeKey]bool{}, wake: make(chan struct{}, 1), evaluate: make(chan struct{}, 1),
+	r := &Reconciler{cfg: cfg, log: cfg.Log, evaluate: make(chan struct{}, 1),
 		reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fleetrepair_reconcile_total",
 			Help: "Node reconciliations by result (ok, error)."}, []string{"result"}),
 		deletions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fleetrepair_nodeclaim_deletions_total",
@@ -160,16 +203,26 @@ func New(cfg Config) (*Reconciler, error) {
 		timeToReplace: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "fleetrepair_time_to_replace_seconds",
 			Help:    "From the NodeClaim deletion to the replacement Node Ready and healthy, in seconds.",
 			Buckets: prometheus.ExponentialBuckets(15, 2, 10)}),
+		forwardDropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "fleetrepair_forward_dropped_total",
+			Help: "Triggers for another replica's clusters not forwarded (queue full or PostgreSQL down); the leader's catch-up pass reconciles them."}),
 		replacementsFailed: prometheus.NewCounter(prometheus.CounterOpts{Name: "fleetrepair_replacements_failed_total",
 			Help: "Replacements not Ready and healthy within the verify timeout."}),
 	}
+	var qm workqueue.MetricsProvider
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{r.reconciles, r.deletions, r.transitions, r.breakersOpen, r.timeToReplace, r.replacementsFailed} {
+		for _, c := range []prometheus.Collector{r.reconciles, r.deletions, r.transitions, r.breakersOpen, r.timeToReplace, r.replacementsFailed, r.forwardDropped} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("register repair metrics: %w", err)
 			}
 		}
+		var err error
+		if qm, err = newQueueMetrics(cfg.Registerer); err != nil {
+			return nil, err
+		}
 	}
+	r.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[nodeKey](cfg.RetryBase, cfg.RetryMax),
+		workqueue.TypedRateLimitingQueueConfig[nodeKey]{Name: "nodes", MetricsProvider: qm})
 	return r, nil
 }
 

@@ -47,6 +47,9 @@ type Options struct {
 	Toleration time.Duration
 	// Resync is the reconciler's period over open repairs (default 10s).
 	Resync time.Duration
+	// Workers is the number of nodes reconciled at once (default 4; see
+	// repair.Config.Workers).
+	Workers int
 	// PolicyFile holds per-reason and per-NodePool overrides (empty: none).
 	PolicyFile string
 	// Breaker configures the cohort breakers; nil means the defaults
@@ -160,7 +163,7 @@ func Start(ctx context.Context, o Options) (*Controller, error) {
 		}
 	}
 	rec, err := repair.New(repair.Config{Store: st, Engine: eng, Clusters: o.Clusters, DryRun: o.DryRun, Breaker: bp,
-		Toleration: o.Toleration, Policy: pol, Crash: o.Crash, Resync: o.Resync, Now: o.Now, Log: o.Log, Registerer: reg})
+		Toleration: o.Toleration, Policy: pol, Crash: o.Crash, Resync: o.Resync, Workers: o.Workers, Now: o.Now, Log: o.Log, Registerer: reg})
 	if err != nil {
 		st.Close()
 		return nil, err
