@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin
 PKGS    := ./...
 
-.PHONY: all build test test-race demo generate verify fmt vet bench clean fuzz
+.PHONY: all build test test-race demo screenshots generate verify fmt vet bench clean fuzz
 
 all: build
 
@@ -14,6 +14,13 @@ build:
 demo:
 	$(GO) build -o $(BIN)/ ./cmd/fleetrepair
 	./$(BIN)/fleetrepair demo $(DEMO_ARGS)
+
+## screenshots: a PNG of every dashboard page from the demo into docs/screenshots (needs Chromium)
+SHOTS_ADDR ?= 127.0.0.1:18081
+screenshots:
+	$(GO) build -o $(BIN)/ ./cmd/fleetrepair ./test/screenshots
+	@./$(BIN)/fleetrepair demo --listen $(SHOTS_ADDR) >/tmp/fleetrepair-screenshots-demo.log 2>&1 & pid=$$!; \
+	  ./$(BIN)/screenshots -url http://$(SHOTS_ADDR) -out docs/screenshots; rc=$$?; kill -INT $$pid; wait $$pid; exit $$rc
 
 ## test: every test, on a real PostgreSQL (DATABASE_URL, or a throwaway local cluster)
 test:
@@ -66,8 +73,22 @@ bench-agent:
 clean:
 	rm -rf $(BIN)
 
-## kube-tools: kube-apiserver, etcd and helm for the Kubernetes tests (test/envtest, test/kubeapi), built once
+## kube-tools: kube-apiserver, etcd, helm and promtool for the Kubernetes and alert tests (test/envtest, test/kubeapi), built once
 ## from the Go module proxy into .tools/kube by their own modules under test/tools; rebuilt only when a version changes
 .PHONY: kube-tools
 kube-tools:
 	bash test/tools/build.sh .tools/kube
+
+## images: the controller and agent images for linux/amd64 and linux/arm64 (docker buildx;
+## PUSH=1 pushes to REGISTRY). The agent's tag carries its DCGM major version (-dcgm4).
+VERSION    ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+REGISTRY   ?= ghcr.io/fleetrepair
+PLATFORMS  ?= linux/amd64,linux/arm64
+DCGM_MAJOR ?= 4
+.PHONY: images
+images:
+	docker buildx build --platform $(PLATFORMS) -f deploy/Dockerfile.controller \
+		-t $(REGISTRY)/fleetrepair:$(VERSION) $(if $(PUSH),--push,) .
+	docker buildx build --platform $(PLATFORMS) -f deploy/Dockerfile.agent \
+		--build-arg VERSION=$(VERSION) --build-arg DCGM_MAJOR=$(DCGM_MAJOR) $(if $(DCGM_VERSION),--build-arg DCGM_VERSION=$(DCGM_VERSION),) \
+		-t $(REGISTRY)/fleetrepair-agent:$(VERSION)-dcgm$(DCGM_MAJOR) $(if $(PUSH),--push,) .

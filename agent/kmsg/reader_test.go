@@ -183,7 +183,7 @@ func openRealDevKmsg(t *testing.T) *os.File {
 	t.Helper()
 	w, err := os.OpenFile(DevKmsgPath, os.O_WRONLY, 0)
 	if err != nil {
-		t.Skipf("skip: %s is not writable here (needs root on Linux): %v", DevKmsgPath, err)
+		t.Fatalf("%s is not writable here (needs root on Linux): %v (make test reads and writes the real kernel log: run it as root on Linux, as .ci/run does)", DevKmsgPath, err)
 	}
 	t.Cleanup(func() { w.Close() })
 	return w
@@ -201,7 +201,7 @@ func TestReaderRealDevKmsg(t *testing.T) {
 
 	accepting, err := Open(ReaderOptions{SeekEnd: true, AcceptUserFacility: true})
 	if err != nil {
-		t.Skipf("skip: %s is not readable: %v", DevKmsgPath, err)
+		t.Fatalf("%s is not readable: %v (make test reads and writes the real kernel log: run it as root on Linux, as .ci/run does)", DevKmsgPath, err)
 	}
 	strict, err := Open(ReaderOptions{SeekEnd: true})
 	if err != nil {
@@ -292,7 +292,7 @@ func TestReaderRealDevKmsgCancel(t *testing.T) {
 	t.Parallel()
 	r, err := Open(ReaderOptions{SeekEnd: true})
 	if err != nil {
-		t.Skipf("skip: %s is not readable here: %v", DevKmsgPath, err)
+		t.Fatalf("%s is not readable here: %v (make test reads and writes the real kernel log: run it as root on Linux, as .ci/run does)", DevKmsgPath, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -317,7 +317,7 @@ func TestReaderRealDevKmsgCoalesce(t *testing.T) {
 	w := openRealDevKmsg(t)
 	r, err := Open(ReaderOptions{SeekEnd: true, AcceptUserFacility: true, Coalesce: 20 * time.Millisecond})
 	if err != nil {
-		t.Skipf("skip: %s is not readable: %v", DevKmsgPath, err)
+		t.Fatalf("%s is not readable: %v (make test reads and writes the real kernel log: run it as root on Linux, as .ci/run does)", DevKmsgPath, err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -67,7 +67,8 @@ name, it checks the GPUs on the PCI bus (sysfs), NVML, DCGM health, the
 container runtime (CRI), the kubelet and stuck GPU processes; DCGM policy
 violations are pushed. The heartbeat carries every monitor's state
 (ok|failing|unknown|absent), the driver version and the GPU inventory. It
-serves /metrics and /livez on --listen.`,
+serves /metrics, /livez and /readyz on --listen (ready: the controller accepted
+a report within three --heartbeat-interval).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runAgent(cmd.Context(), o, s) },
 	}
@@ -86,7 +87,7 @@ serves /metrics and /livez on --listen.`,
 	f.StringVar(&o.replayFormat, "replay-format", "auto", "format of --replay: "+formatNames())
 	f.StringVar(&o.bootID, "boot-id", "", "boot ID override (default: read --boot-id-file)")
 	f.StringVar(&o.bootIDFile, "boot-id-file", "/proc/sys/kernel/random/boot_id", "file holding the kernel boot ID")
-	f.StringVar(&o.listen, "listen", ":9400", "address for /metrics and /livez (empty: none)")
+	f.StringVar(&o.listen, "listen", ":9400", "address for /metrics, /livez and /readyz (empty: none)")
 	f.StringVar(&o.rulesFile, "rules", "", "kernel pattern rules file replacing the embedded rules")
 	f.StringVar(&o.spoolDir, "spool-dir", "", "directory for the on-disk spool that survives restarts (empty: memory only)")
 	f.DurationVar(&o.flushInterval, "flush-interval", uplink.DefaultFlushInterval, "longest wait before a non-critical finding is sent")
@@ -235,6 +236,7 @@ func runAgent(ctx context.Context, o runOptions, s streams) error {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 		mux.HandleFunc("/livez", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+		mux.Handle("/readyz", readyz{reg: reg, within: 3 * o.heartbeatInterval, now: time.Now})
 		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		g.Go(func() error {
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

@@ -29,6 +29,8 @@ func newControllerCmd() *cobra.Command {
 		operatorsFile                        string
 		budgets                              runner.Budgets
 		leNamespace, leIdentity              string
+		oidc                                 auth.OIDCConfig
+		oidcRoles                            []string
 		kubeQPS                              float64
 		kubeBurst                            int
 	)
@@ -112,6 +114,17 @@ for the cluster the controller runs in. Every flag has an environment fallback
 			default:
 				return fmt.Errorf("--agent-auth %q: want tokenreview, static or none", agentAuth)
 			}
+			if oidc.Issuer != "" || oidc.ClientID != "" {
+				oidc.ClientSecret = os.Getenv("FLEETREPAIR_OIDC_CLIENT_SECRET")
+				if err := parseOIDCRoles(&oidc, oidcRoles); err != nil {
+					return err
+				}
+				if err := oidc.Validate(); err != nil {
+					return fmt.Errorf("--oidc-*: %w", err)
+				}
+				o.OIDC = &oidc
+				o.SecureCookies = strings.HasPrefix(oidc.RedirectURL, "https://")
+			}
 			c, err := runner.Start(cmd.Context(), o)
 			if err != nil {
 				return err
@@ -144,6 +157,13 @@ for the cluster the controller runs in. Every flag has an environment fallback
 	f.StringVar(&agentToken, "agent-token", envOr("FLEETREPAIR_AGENT_TOKEN", ""), "the shared token of --agent-auth=static")
 	f.StringVar(&agentAudience, "agent-audience", auth.DefaultAudience, "audience agents' projected tokens must carry")
 	f.StringArrayVar(&agentSAs, "agent-service-account", nil, "accept only these subjects, e.g. system:serviceaccount:fleetrepair:fleetrepair-agent (repeatable; default: any bound token)")
+	f.StringVar(&oidc.Issuer, "oidc-issuer-url", envOr("FLEETREPAIR_OIDC_ISSUER_URL", ""), "dashboard login: OpenID Connect issuer URL, e.g. https://dex.example.com (client secret from env FLEETREPAIR_OIDC_CLIENT_SECRET, never a flag); empty: no login, the dashboard stays closed")
+	f.StringVar(&oidc.ClientID, "oidc-client-id", envOr("FLEETREPAIR_OIDC_CLIENT_ID", ""), "dashboard login: OAuth2 client ID registered with the issuer")
+	f.StringVar(&oidc.RedirectURL, "oidc-redirect-url", envOr("FLEETREPAIR_OIDC_REDIRECT_URL", ""), "dashboard login: callback URL registered with the issuer, https://HOST/auth/callback (https marks the session cookie Secure)")
+	f.StringVar(&oidc.GroupsClaim, "oidc-groups-claim", envOr("FLEETREPAIR_OIDC_GROUPS_CLAIM", "groups"), "dashboard login: ID token claim listing the human's groups")
+	f.StringVar(&oidc.UsernameClaim, "oidc-username-claim", envOr("FLEETREPAIR_OIDC_USERNAME_CLAIM", "email"), "dashboard login: ID token claim naming the human in audits (falls back to preferred_username, then sub)")
+	f.StringSliceVar(&oidc.Scopes, "oidc-scopes", []string{"profile", "email", "groups"}, "dashboard login: scopes requested besides openid")
+	f.StringArrayVar(&oidcRoles, "oidc-role", nil, "GROUP=ROLE: members of GROUP are viewer, approver or admin (repeatable; the highest wins). With no viewer group every human the issuer authenticates may view")
 	return cmd
 }
 
@@ -159,6 +179,27 @@ func loopback(listen string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// parseOIDCRoles maps --oidc-role GROUP=ROLE values into c's group lists.
+func parseOIDCRoles(c *auth.OIDCConfig, roles []string) error {
+	for _, v := range roles {
+		group, role, ok := strings.Cut(v, "=")
+		if !ok || group == "" {
+			return fmt.Errorf("--oidc-role %q: want GROUP=ROLE, e.g. gpu-oncall=approver", v)
+		}
+		switch auth.Role(role) {
+		case auth.RoleViewer:
+			c.ViewerGroups = append(c.ViewerGroups, group)
+		case auth.RoleApprover:
+			c.ApproverGroups = append(c.ApproverGroups, group)
+		case auth.RoleAdmin:
+			c.AdminGroups = append(c.AdminGroups, group)
+		default:
+			return fmt.Errorf("--oidc-role %q: role %q is not viewer, approver or admin", v, role)
+		}
+	}
+	return nil
 }
 
 // clusterFrom builds a cached cluster from a kubeconfig (or the in-cluster

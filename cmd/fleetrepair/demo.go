@@ -62,8 +62,9 @@ per node replaying kernel logs from the case corpus:
   gpu-h100-1..7 in us-east-1c  zone outage at t+30s (c02)    -> the zone breaker trips,
               their repairs wait for on-call approval; 17 other gpu-h100 nodes quiet
 
-It prints what happens as it happens, the API's URL and the DEMO MODE operator
-token ("demo-admin") for on-call actions, e.g.
+It prints what happens as it happens, the dashboard's URL (DEMO MODE local
+login: a name and a role, no password), the API's URL and the DEMO MODE operator
+token ("demo-admin") for on-call actions from the CLI, e.g.
 
   fleetrepair breakers list --server URL
   fleetrepair breakers resume zone=us-east-1c --reason "AZ healthy" --token demo-admin --server URL
@@ -192,11 +193,12 @@ func runDemo(ctx context.Context, o demoOptions, out io.Writer) error {
 		Clusters: map[string]*kube.Cluster{demoCluster: kube.New(demoCluster, c)}, Toleration: o.toleration,
 		Authenticator: auth.StaticToken{Token: demoToken}, Operators: demoOperators(),
 		Budgets: &runner.Budgets{DeletionsPerHour: 20, NodePoolDeletionsPerHour: 10, MaxInFlightPerNodePool: 1},
-		Resync:  time.Second, Log: log})
+		Resync:  time.Second, DevLogin: true, Log: log})
 	if err != nil {
 		return err
 	}
 	p("controller API on %s  (toleration %s, dry-run off, DEMO MODE: static agent token)", ctrl.URL, o.toleration)
+	p("dashboard: %s/fleet  (DEMO MODE local login: any name, pick viewer, approver or admin; no password)", ctrl.URL)
 
 	var wg sync.WaitGroup
 	errs := make(chan error, 16)

@@ -19,6 +19,7 @@ import (
 	"github.com/fleetrepair/fleetrepair/controller/ledger"
 	"github.com/fleetrepair/fleetrepair/controller/repair"
 	"github.com/fleetrepair/fleetrepair/controller/store"
+	"github.com/fleetrepair/fleetrepair/test/expect"
 	"github.com/fleetrepair/fleetrepair/test/karpentersim"
 	"github.com/fleetrepair/fleetrepair/test/pgtest"
 )
@@ -159,21 +160,14 @@ func TestKillSwitchStopsApprovedRepairs(t *testing.T) {
 	}
 	e.clock.Add(11 * time.Minute)
 	e.reconcile(t, "node-hang")
-	if e.nodeClaimDeleting(t, "node-hang-nc") {
-		t.Fatal("deleted while the kill switch is on")
-	}
-	r := e.open(t, "node-hang")
-	if r.State != ledger.AwaitingApproval {
-		t.Fatalf("state %s, want awaiting_approval (a GPU reset is not executable)", r.State)
-	}
+	expect.ExpectNodeClaimNotDeleting(t, e.k.Client(), "node-hang-nc", "while the kill switch is on")
+	r := expect.ExpectRepairState(t, e.st, "c1", "node-hang", ledger.AwaitingApproval) // a GPU reset is not executable
 	if _, err := e.st.Transition(ctx, store.TransitionRequest{ID: r.ID, From: ledger.AwaitingApproval, To: ledger.Approved,
 		Actor: "user:otto", Reason: "replace it"}, e.clock.Now()); err != nil {
 		t.Fatal(err)
 	}
 	e.reconcile(t, "node-hang")
-	if e.nodeClaimDeleting(t, "node-hang-nc") {
-		t.Fatal("an approved repair deleted while the kill switch is on")
-	}
+	expect.ExpectNodeClaimNotDeleting(t, e.k.Client(), "node-hang-nc", "(approved) while the kill switch is on")
 	_, v, _ := e.st.BreakerState(ctx)
 	st, _ = breaker.SetKillSwitch(st, false, "user:ada", "freeze over", e.clock.Now())
 	doc, _ = json.Marshal(st)

@@ -5,29 +5,39 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/fleetrepair/fleetrepair/controller/breaker"
+	"github.com/fleetrepair/fleetrepair/controller/catalog"
+	"github.com/fleetrepair/fleetrepair/controller/decide"
+	"github.com/fleetrepair/fleetrepair/controller/diagnose"
 	"github.com/fleetrepair/fleetrepair/controller/kube"
 	"github.com/fleetrepair/fleetrepair/controller/store"
 )
 
 // Breakers (DESIGN.md, decision 8): every periodic pass evaluates the cohort
-// breakers over the whole fleet (every cluster) and saves the state
+// breakers over the whole fleet (every cluster) on the signals
+// decide.Signals makes of the active diagnoses, and saves the state
 // compare-and-set, so replicas never overwrite each other. Before a
-// deletion, the guard transaction re-reads the saved state and asks
-// breaker.Allows; a held repair goes to awaiting_approval saying which
-// cohort, with which numbers. When the breaker closes, held repairs are
-// released at DrainPerPass per pass, each re-validated on the way.
+// deletion, the guard transaction re-reads the saved state (through its own
+// transaction) and decide.Deletion checks it; a held repair goes to
+// awaiting_approval saying which cohort, with which numbers. When the
+// breaker closes, held repairs are released at DrainPerPass per pass, each
+// re-validated on the way.
 
-// ErrHeldByBreaker is returned by the deletion guard when a breaker holds
-// the node's repair.
-var ErrHeldByBreaker = errors.New("held by a breaker")
-
-// Held reasons recorded in a repair's detail ("held_by").
-const (
-	heldByBreaker = "breaker"
-	heldByAction  = "action"
+// Errors of the deletion guard (controller/decide's, decided there).
+var (
+	// ErrHeldByBreaker: a breaker holds the node's repair.
+	ErrHeldByBreaker = decide.ErrHeldByBreaker
+	// ErrKillSwitch: the kill switch is on.
+	ErrKillSwitch = decide.ErrKillSwitch
+	// ErrBreakerStale: the saved breaker state is older than
+	// Config.MaxBreakerAge (or was never evaluated); retried, not held.
+	ErrBreakerStale = decide.ErrBreakerStale
+	// ErrMinHealthy: the NodePool has fewer healthy Nodes than its
+	// policy's minimum.
+	ErrMinHealthy = decide.ErrMinHealthy
 )
 
 // breakerNode is a node's identity and cohort attributes for the breakers:
@@ -66,14 +76,24 @@ func nodeFromInfo(cluster string, info kube.NodeInfo, agent store.Node) heldNode
 // loadBreakers reads the saved breaker state.
 func (r *Reconciler) loadBreakers(ctx context.Context) (breaker.State, int64, error) {
 	doc, v, err := r.cfg.Store.BreakerState(ctx)
-	if err != nil || doc == nil {
+	if err != nil {
 		return breaker.State{}, v, err
 	}
+	st, err := decodeBreakers(doc)
+	return st, v, err
+}
+
+// decodeBreakers decodes a saved breaker state document (nil: never saved,
+// the zero State).
+func decodeBreakers(doc []byte) (breaker.State, error) {
 	var st breaker.State
-	if err := json.Unmarshal(doc, &st); err != nil {
-		return breaker.State{}, v, fmt.Errorf("decode breaker state: %w", err)
+	if doc == nil {
+		return st, nil
 	}
-	return st, v, nil
+	if err := json.Unmarshal(doc, &st); err != nil {
+		return breaker.State{}, fmt.Errorf("decode breaker state: %w", err)
+	}
+	return st, nil
 }
 
 // EvaluateBreakers runs one evaluation over the fleet and saves it; the
@@ -105,23 +125,18 @@ func (r *Reconciler) evaluateBreakers(ctx context.Context, fleet map[string][]ku
 			bn = append(bn, r.breakerNode(name, info, byName[name+"/"+info.Name]))
 		}
 	}
-	var signals []breaker.Signal
+	var active []diagnose.Diagnosis
 	for name := range r.cfg.Clusters {
 		ds, err := r.cfg.Store.ActiveDiagnoses(ctx, name, "")
 		if err != nil {
 			return fmt.Errorf("evaluate breakers: %w", err)
 		}
 		for _, d := range ds {
-			if d.FaultClass == "none" || d.FaultClass == "provisioning" {
-				continue
-			}
-			node := name + "/" + d.Node
-			signals = append(signals, breaker.Signal{Node: node, At: d.LastSeen})
-			if d.Severity == "condition" {
-				signals = append(signals, breaker.Signal{Node: node, At: now, Ongoing: true})
-			}
+			active = append(active, diagnose.Diagnosis{Cluster: name, Node: d.Node, FaultClass: d.FaultClass,
+				Severity: catalog.Severity(d.Severity), LastSeen: d.LastSeen})
 		}
 	}
+	signals := decide.Signals(active, now)
 	for attempt := 0; attempt < 3; attempt++ {
 		prior, v, err := r.loadBreakers(ctx)
 		if err != nil {
@@ -160,52 +175,49 @@ func toStored(ds []breaker.Decision) []store.BreakerDecision {
 	return out
 }
 
-// ErrKillSwitch is returned by the deletion guard while the kill switch is on.
-var ErrKillSwitch = errors.New("the kill switch stops every repair")
-
-// breakerGuard is the deletion guard: it re-reads the saved state inside
-// the guard transaction and refuses when the kill switch is on, or (unless
-// a human approved this repair) when a breaker holds the node.
-func (r *Reconciler) breakerGuard(node heldNode, humanApproved bool) store.DeletionGuard {
-	return func(ctx context.Context, _ store.Repair, _ store.DeletionBudget) error {
-		st, _, err := r.loadBreakers(ctx)
+// deletionGuard gathers what the deletion guards need outside the guard
+// transaction (the NodePool's Nodes when the policy sets a minimum
+// healthy count) and returns the guard: a pure check on values
+// (decide.Deletion) of the budget numbers and the breaker state that
+// BeginDeletion reads through its transaction. No I/O runs while the
+// budget row is locked.
+func (r *Reconciler) deletionGuard(ctx context.Context, k *kube.Cluster, node heldNode, rp store.Repair, humanApproved bool, now time.Time) (store.DeletionGuard, error) {
+	minHealthy := r.cfg.Policy.MinHealthy(rp.NodePool)
+	healthy := 0
+	if minHealthy > 0 {
+		nodes, err := k.Nodes(ctx)
+		if err != nil {
+			return nil, err
+		}
+		healthy = healthyNodes(nodes, rp.NodePool)
+	}
+	bn := r.breakerNode(node.cluster, node.info, node.agent)
+	return func(cur store.Repair, b store.DeletionBudget, doc json.RawMessage) error {
+		st, err := decodeBreakers(doc)
 		if err != nil {
 			return err
 		}
-		if st.KillSwitch.On {
-			return fmt.Errorf("kill switch on since %s by %s (%s): %w", st.KillSwitch.Since.Format("2006-01-02T15:04:05Z07:00"),
-				st.KillSwitch.Actor, st.KillSwitch.Reason, ErrKillSwitch)
-		}
-		if r.cfg.Breaker == nil || humanApproved {
-			return nil
-		}
-		if err := r.fresh(st); err != nil {
-			return err
-		}
-		if ok, why := breaker.Allows(st, r.breakerNode(node.cluster, node.info, node.agent)); !ok {
-			return fmt.Errorf("%s: %w", why, ErrHeldByBreaker)
-		}
-		return nil
-	}
+		return decide.Deletion(decide.Guards{
+			Budget: decide.Budget{DeletionsPerHour: b.DeletionsPerHour, MaxInFlightPerNodePool: b.MaxInFlightPerNodePool,
+				NodePoolDeletionsPerHour: b.NodePoolDeletionsPerHour, MinHealthy: minHealthy},
+			Counts: decide.Counts{Cluster: b.Cluster, NodePool: b.NodePool, DeletionsLastHour: b.DeletionsLastHour,
+				InFlight: b.InFlight, NodePoolDeletionsLastHour: b.NodePoolDeletionsLastHour, Healthy: healthy},
+			Breakers: r.cfg.Breaker != nil, State: st, Node: bn, HumanApproved: humanApproved, MaxBreakerAge: r.cfg.MaxBreakerAge,
+		}, now)
+	}, nil
 }
 
-// ErrBreakerStale is returned by the deletion guard when the saved breaker
-// state is older than Config.MaxBreakerAge (or was never evaluated): the
-// deletion is refused and retried after the next evaluation.
-var ErrBreakerStale = errors.New("breaker state too old to decide on")
-
-// fresh returns an ErrBreakerStale error unless st was evaluated within
-// MaxBreakerAge of now.
-func (r *Reconciler) fresh(st breaker.State) error {
-	now := r.cfg.Now()
-	if st.EvaluatedAt.IsZero() {
-		return fmt.Errorf("breakers not evaluated yet: %w", ErrBreakerStale)
+// healthyNodes counts the NodePool's healthy Nodes: Ready and not
+// quarantined.
+func healthyNodes(nodes []kube.NodeInfo, pool string) int {
+	healthy := 0
+	for _, n := range nodes {
+		if n.NodePool != pool || !n.Ready || slices.Contains(n.Taints, kube.QuarantineTaintKey) {
+			continue
+		}
+		healthy++
 	}
-	if age := now.Sub(st.EvaluatedAt); age > r.cfg.MaxBreakerAge {
-		return fmt.Errorf("breakers last evaluated %s ago (at %s), bound %s: %w", age.Round(time.Millisecond),
-			st.EvaluatedAt.Format(time.RFC3339), r.cfg.MaxBreakerAge, ErrBreakerStale)
-	}
-	return nil
+	return healthy
 }
 
 // breakerAllows reports whether the breakers let the node's repair proceed
@@ -220,42 +232,4 @@ func (r *Reconciler) breakerAllows(ctx context.Context, node heldNode) (bool, st
 	}
 	ok, why := breaker.Allows(st, r.breakerNode(node.cluster, node.info, node.agent))
 	return ok, why, nil
-}
-
-// ErrMinHealthy is returned by the deletion guard when the NodePool has
-// fewer healthy Nodes than its policy's minimum.
-var ErrMinHealthy = errors.New("NodePool below its minimum healthy count")
-
-// minHealthyGuard refuses a deletion while the repair's NodePool has fewer
-// healthy Nodes (Ready, not quarantined) than the policy's minHealthy.
-func (r *Reconciler) minHealthyGuard(k *kube.Cluster, rp store.Repair) store.DeletionGuard {
-	return func(ctx context.Context, _ store.Repair, _ store.DeletionBudget) error {
-		min := r.cfg.Policy.MinHealthy(rp.NodePool)
-		if min <= 0 {
-			return nil
-		}
-		nodes, err := k.Nodes(ctx)
-		if err != nil {
-			return err
-		}
-		healthy := 0
-		for _, n := range nodes {
-			if n.NodePool != rp.NodePool || !n.Ready {
-				continue
-			}
-			q := false
-			for _, t := range n.Taints {
-				if t == kube.QuarantineTaintKey {
-					q = true
-				}
-			}
-			if !q {
-				healthy++
-			}
-		}
-		if healthy < min {
-			return fmt.Errorf("NodePool %s has %d healthy nodes, minimum %d: %w", rp.NodePool, healthy, min, ErrMinHealthy)
-		}
-		return nil
-	}
 }

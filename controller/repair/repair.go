@@ -26,6 +26,7 @@ import (
 
 	"github.com/fleetrepair/fleetrepair/controller/breaker"
 	"github.com/fleetrepair/fleetrepair/controller/catalog"
+	"github.com/fleetrepair/fleetrepair/controller/decide"
 	"github.com/fleetrepair/fleetrepair/controller/diagnose"
 	"github.com/fleetrepair/fleetrepair/controller/kube"
 	"github.com/fleetrepair/fleetrepair/controller/ledger"
@@ -34,7 +35,7 @@ import (
 )
 
 // Actor is the audit identity of the controller's own decisions.
-const Actor = "controller"
+const Actor = decide.Actor
 
 // Config configures a Reconciler.
 type Config struct {
@@ -286,7 +287,7 @@ func (r *Reconciler) ReconcileNode(ctx context.Context, cluster, node string) er
 	}
 	head := diagnose.Headline(ds)
 	if head.Severity != catalog.SeverityCondition {
-		return r.healthy(ctx, k, node, open, hasOpen, now)
+		return r.healthy(ctx, k, node, head, open, hasOpen, now)
 	}
 	return r.unhealthy(ctx, k, info, nodeFromInfo(cluster, info, n), head, open, hasOpen, now)
 }
@@ -344,10 +345,7 @@ func (r *Reconciler) unhealthy(ctx context.Context, k *kube.Cluster, info kube.N
 		if skip, err := r.suppressed(ctx, k.Name(), node, string(info.NodeClaimUID), head.Reason); err != nil || skip {
 			return r.quarantine(ctx, k, node, head, now, err)
 		}
-		tol := r.effective(head, info.NodePool).Toleration
-		if head.Escalated {
-			tol = 0 // the first remedy already failed: waiting again helps nothing
-		}
+		tol := decide.Toleration(head, r.effective(head, info.NodePool).Toleration)
 		rp, created, err := r.cfg.Store.OpenRepair(ctx, store.Repair{
 			Cluster: k.Name(), Node: node, NodeClaim: info.NodeClaim, NodeClaimUID: string(info.NodeClaimUID),
 			NodePool: info.NodePool, Reason: head.Reason, FaultClass: head.FaultClass,
@@ -386,60 +384,43 @@ func (r *Reconciler) quarantine(ctx context.Context, k *kube.Cluster, node strin
 }
 
 // suppressed reports whether the node's latest repair already settled this
-// fault for the same NodeClaim, so opening another would repeat it: a dry
-// run that reached its would-delete decision, or a repair the on-call
-// rejected for the same reason. The node stays quarantined; a new reason
-// (an escalation) or a new NodeClaim opens a repair again.
+// fault for the same NodeClaim (decide.Suppressed): opening another would
+// repeat it.
 func (r *Reconciler) suppressed(ctx context.Context, cluster, node, uid, reason string) (bool, error) {
 	last, _, err := r.cfg.Store.ListRepairs(ctx, store.RepairFilter{Cluster: cluster, Node: node, Limit: 1})
 	if err != nil {
 		return false, fmt.Errorf("list repairs of %s/%s: %w", cluster, node, err)
 	}
-	if len(last) != 1 || last[0].NodeClaimUID != uid {
+	if len(last) != 1 {
 		return false, nil
 	}
-	l := last[0]
-	return r.cfg.DryRun && l.DryRun && l.State == ledger.Cancelled || l.State == ledger.Rejected && l.Reason == reason, nil
+	return decide.Suppressed(ledgerRow(last[0]), last[0].Reason, uid, reason, r.cfg.DryRun), nil
 }
 
-// advance moves an open repair as far as it can go now.
+// ledgerRow is what decide.Step reads of a stored repair.
+func ledgerRow(rp store.Repair) decide.Repair {
+	heldBy, _ := rp.Detail["held_by"].(string)
+	releasedBy, _ := rp.Detail["released_by"].(string)
+	return decide.Repair{State: rp.State, NodeClaim: rp.NodeClaim, NodeClaimUID: rp.NodeClaimUID, DryRun: rp.DryRun,
+		TolerationUntil: rp.TolerationUntil, HeldBy: heldBy, ReleasedBy: releasedBy, Since: rp.UpdatedAt}
+}
+
+// advance moves an open repair as far as it can go now: each round feeds
+// decide.Step the ledger row, the headline diagnosis and the facts it
+// needs, and carries out its answer.
 func (r *Reconciler) advance(ctx context.Context, k *kube.Cluster, info kube.NodeInfo, sn heldNode, rp store.Repair, head diagnose.Diagnosis, now time.Time) error {
-	var err error
 	for i := 0; i < 6; i++ { // each step is one transition; bounded for safety
-		next := rp
-		switch rp.State {
-		case ledger.Detected:
-			next, err = r.step(ctx, rp, ledger.Quarantined, "condition "+head.ConditionType+"=False and NoSchedule taint set", nil, nil, now)
-		case ledger.Quarantined:
-			next, err = r.step(ctx, rp, ledger.Tolerating, fmt.Sprintf("toleration window until %s", rp.TolerationUntil.Format(time.RFC3339)),
-				map[string]any{"toleration_until": rp.TolerationUntil}, nil, now)
-		case ledger.Tolerating, ledger.Approved:
-			if rp.State == ledger.Tolerating && now.Before(rp.TolerationUntil) {
-				return nil
+		row := ledgerRow(rp)
+		f := decide.Facts{Action: r.effective(head, rp.NodePool).Action, NodeClaimUID: string(info.NodeClaimUID),
+			ApprovalTTL: r.cfg.ApprovalTTL, Drain: r.takeRelease}
+		if decide.NeedsBreakers(row) {
+			ok, _, err := r.breakerAllows(ctx, sn)
+			if err != nil {
+				return err
 			}
-			if rp.NodeClaimUID != "" && string(info.NodeClaimUID) != rp.NodeClaimUID {
-				next, err = r.step(ctx, rp, ledger.Cancelled, fmt.Sprintf("NodeClaim changed since the repair opened (uid %s, now %q): nothing deleted",
-					rp.NodeClaimUID, info.NodeClaimUID), nil, nil, now)
-				break
-			}
-			next, err = r.execute(ctx, k, sn, rp, head, now)
-		case ledger.AwaitingApproval:
-			if release, why, rerr := r.release(ctx, sn, rp, head); rerr != nil {
-				return rerr
-			} else if release {
-				next, err = r.step(ctx, rp, ledger.Approved, why, map[string]any{"released_by": Actor},
-					func(x *store.Repair) { x.Detail = with(x.Detail, "released_by", Actor) }, now)
-				break
-			}
-			if now.Sub(rp.UpdatedAt) < r.cfg.ApprovalTTL {
-				return nil
-			}
-			next, err = r.step(ctx, rp, ledger.Expired, fmt.Sprintf("no approval within %s", r.cfg.ApprovalTTL), nil, nil, now)
-		case ledger.Deleting:
-			next, err = r.deleting(ctx, k, rp, now)
-		default:
-			return nil // awaiting approval, or terminal
+			f.BreakerAllows = ok
 		}
+		next, err := r.carry(ctx, k, sn, rp, decide.Step(row, head, f, now), now)
 		if err != nil {
 			return err
 		}
@@ -451,107 +432,102 @@ func (r *Reconciler) advance(ctx context.Context, k *kube.Cluster, info kube.Nod
 	return nil
 }
 
-func (r *Reconciler) step(ctx context.Context, rp store.Repair, to ledger.State, why string, detail map[string]any, mutate func(*store.Repair), now time.Time) (store.Repair, error) {
-	out, err := r.cfg.Store.Transition(ctx, store.TransitionRequest{ID: rp.ID, From: rp.State, To: to,
-		Actor: Actor, Reason: why, Detail: detail, Mutate: mutate}, now)
+// carry carries out one decide.Next for repair rp.
+func (r *Reconciler) carry(ctx context.Context, k *kube.Cluster, sn heldNode, rp store.Repair, next decide.Next, now time.Time) (store.Repair, error) {
+	switch next.Kind {
+	case decide.Transition:
+		return r.step(ctx, rp, next, now)
+	case decide.Guard:
+		return r.execute(ctx, k, sn, rp, next, now)
+	case decide.DeleteNodeClaim:
+		return r.deleting(ctx, k, rp, now)
+	}
+	return rp, nil
+}
+
+// takeRelease takes one of this pass's paced releases of breaker-held repairs
+// (DrainPerPass): the backlog drains paced, each repair re-validated on its
+// way through Approved.
+func (r *Reconciler) takeRelease() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.released >= r.cfg.DrainPerPass {
+		return false // paced: the next pass releases more
+	}
+	r.released++
+	return true
+}
+
+// step records the transition next (decide.Transition) of rp.
+func (r *Reconciler) step(ctx context.Context, rp store.Repair, next decide.Next, now time.Time) (store.Repair, error) {
+	var mutate func(*store.Repair)
+	if len(next.Set) > 0 || next.ExecutedAction != "" {
+		mutate = func(x *store.Repair) {
+			for k, v := range next.Set {
+				x.Detail = with(x.Detail, k, v)
+			}
+			if next.ExecutedAction != "" {
+				x.ExecutedAction = next.ExecutedAction
+			}
+		}
+	}
+	out, err := r.cfg.Store.Transition(ctx, store.TransitionRequest{ID: rp.ID, From: rp.State, To: next.To,
+		Actor: Actor, Reason: next.Why, Detail: next.Detail, Mutate: mutate}, now)
 	if errors.Is(err, store.ErrConflict) {
 		return r.cfg.Store.GetRepair(ctx, rp.ID) // another replica moved it; continue from there
 	}
 	if err != nil {
 		return rp, err
 	}
-	r.transitions.WithLabelValues(string(to)).Inc()
+	r.transitions.WithLabelValues(string(next.To)).Inc()
 	r.log.InfoContext(ctx, "repair transition", "cluster", rp.Cluster, "node", rp.Node, "repair", rp.ID,
-		"from", rp.State, "to", to, "why", why)
+		"from", rp.State, "to", next.To, "why", next.Why)
 	return out, nil
 }
 
-// execute carries out the recommended action once the toleration window is
-// over. With Karpenter v1.14 the only executable action is NodeClaim
-// replacement (DESIGN.md, decision 6b): a recommended replace goes through
-// the guard transaction; a recommended reset or reboot waits for on-call
-// approval, because replacing a node for a first reset-class fault is more
-// disruptive than the fault needs.
-func (r *Reconciler) execute(ctx context.Context, k *kube.Cluster, sn heldNode, rp store.Repair, head diagnose.Diagnosis, now time.Time) (store.Repair, error) {
-	action := r.effective(head, rp.NodePool).Action // the policy may execute another action than recommended
-	if rp.State == ledger.Tolerating && action != catalog.ActionReplace {
-		return r.step(ctx, rp, ledger.AwaitingApproval, fmt.Sprintf(
-			"recommended action %s is not executable here (NodeClaim replacement only); approve to replace the node, or reset/reboot it by hand", action),
-			map[string]any{"recommended_action": action, "held_by": heldByAction}, func(x *store.Repair) { x.Detail = with(x.Detail, "held_by", heldByAction) }, now)
-	}
-	if rp.NodeClaim == "" {
-		return r.step(ctx, rp, ledger.Failed, "no Karpenter NodeClaim owns the node; replace it by hand", nil, nil, now)
-	}
-	why := fmt.Sprintf("toleration window over; delete NodeClaim %s (uid %s)", rp.NodeClaim, rp.NodeClaimUID)
-	if rp.State == ledger.Approved {
-		why = fmt.Sprintf("approved (see the approval above); delete NodeClaim %s (uid %s)", rp.NodeClaim, rp.NodeClaimUID)
-	}
-	if rp.DryRun {
-		why = "dry-run: " + why
-	}
-	var guards []store.DeletionGuard
-	// A human approval overrides the cohort breakers and the fleet ceiling
-	// for its repair, never the kill switch or the budgets; the controller's
-	// own decisions pass every breaker.
-	humanApproved := rp.State == ledger.Approved && rp.Detail["released_by"] != Actor
-	guards = append(guards, r.breakerGuard(sn, humanApproved))
-	guards = append(guards, r.minHealthyGuard(k, rp))
-	next, err := r.cfg.Store.BeginDeletion(ctx, rp.ID, rp.State, Actor, why, now, guards...)
-	var budget *store.BudgetExceededError
-	switch {
-	case errors.Is(err, ErrMinHealthy):
-		r.log.WarnContext(ctx, "repair held by the NodePool's minimum healthy count", "cluster", rp.Cluster, "node", rp.Node, "repair", rp.ID, "err", err)
-		return rp, nil // retried on the next pass
-	case errors.Is(err, ErrBreakerStale):
-		r.log.WarnContext(ctx, "repair waits for a fresh breaker evaluation", "cluster", rp.Cluster, "node", rp.Node, "repair", rp.ID, "err", err)
-		r.EvaluateSoon()
-		return rp, nil // retried once the breakers are evaluated again
-	case errors.Is(err, ErrKillSwitch):
-		r.log.WarnContext(ctx, "repair held by the kill switch", "cluster", rp.Cluster, "node", rp.Node, "repair", rp.ID)
-		return rp, nil // stays approved; goes on when the kill switch is off
-	case errors.Is(err, ErrHeldByBreaker):
-		return r.step(ctx, rp, ledger.AwaitingApproval, "held for on-call approval: "+err.Error(),
-			map[string]any{"held_by": heldByBreaker}, func(x *store.Repair) { x.Detail = with(x.Detail, "held_by", heldByBreaker) }, now)
-	case errors.As(err, &budget):
-		r.log.WarnContext(ctx, "repair held by budget", "cluster", rp.Cluster, "node", rp.Node, "repair", rp.ID, "err", err)
-		return rp, nil // retried on the next pass
-	case errors.Is(err, store.ErrConflict):
-		return r.cfg.Store.GetRepair(ctx, rp.ID)
-	case err != nil:
+// execute runs the deletion guards of a decide.Guard step in the store's
+// guard transaction (BeginDeletion) and carries out decide.AfterGuard's
+// answer. With Karpenter v1.14 the only executable action is NodeClaim
+// replacement (docs/design.md, "Recommended versus executed action"):
+// decide.Step sends a recommended reset or reboot to on-call before it
+// gets here.
+func (r *Reconciler) execute(ctx context.Context, k *kube.Cluster, sn heldNode, rp store.Repair, g decide.Next, now time.Time) (store.Repair, error) {
+	guard, err := r.deletionGuard(ctx, k, sn, rp, g.HumanApproved, now)
+	if err != nil {
 		return rp, fmt.Errorf("begin deletion of repair %d: %w", rp.ID, err)
 	}
-	r.transitions.WithLabelValues(string(ledger.Deleting)).Inc()
-	if r.crash("after-begin-deletion") {
-		return next, ErrCrashed
+	next, err := r.cfg.Store.BeginDeletion(ctx, rp.ID, rp.State, Actor, g.Why, now, guard)
+	if errors.Is(err, store.ErrConflict) {
+		return r.cfg.Store.GetRepair(ctx, rp.ID)
 	}
-	return r.deleting(ctx, k, next, now)
-}
-
-// release reports whether a repair awaiting approval can go on without a
-// human: a breaker-held repair whose breakers closed (at most DrainPerPass
-// per pass: the backlog drains paced, each repair re-validated on its way
-// through Approved), or one held for a non-executable action whose
-// diagnosis has since escalated to replace.
-func (r *Reconciler) release(ctx context.Context, sn heldNode, rp store.Repair, head diagnose.Diagnosis) (bool, string, error) {
-	switch rp.Detail["held_by"] {
-	case heldByAction:
-		if head.Escalated && r.effective(head, rp.NodePool).Action == catalog.ActionReplace {
-			return true, "the diagnosis escalated to replace (" + head.Message + "): no approval needed for an executable action", nil
-		}
-	case heldByBreaker:
-		ok, _, err := r.breakerAllows(ctx, sn)
-		if err != nil || !ok {
-			return false, "", err
-		}
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		if r.released >= r.cfg.DrainPerPass {
-			return false, "", nil // paced: the next pass releases more
-		}
-		r.released++
-		return true, "the breaker holding this repair closed; released (paced) for re-validation", nil
+	after, decided := decide.AfterGuard(g, err)
+	if !decided {
+		return rp, fmt.Errorf("begin deletion of repair %d: %w", rp.ID, err)
 	}
-	return false, "", nil
+	if err == nil {
+		r.transitions.WithLabelValues(string(ledger.Deleting)).Inc()
+		if r.crash("after-begin-deletion") {
+			return next, ErrCrashed
+		}
+		return r.deleting(ctx, k, next, now)
+	}
+	switch {
+	case errors.Is(err, decide.ErrMinHealthy):
+		r.log.WarnContext(ctx, "repair held by the NodePool's minimum healthy count", "cluster", rp.Cluster, "node", rp.Node, "repair", rp.ID, "err", err)
+	case errors.Is(err, decide.ErrBreakerStale):
+		r.log.WarnContext(ctx, "repair waits for a fresh breaker evaluation", "cluster", rp.Cluster, "node", rp.Node, "repair", rp.ID, "err", err)
+	case errors.Is(err, decide.ErrKillSwitch):
+		r.log.WarnContext(ctx, "repair held by the kill switch", "cluster", rp.Cluster, "node", rp.Node, "repair", rp.ID)
+	case errors.Is(err, decide.ErrBudgetExceeded):
+		r.log.WarnContext(ctx, "repair held by budget", "cluster", rp.Cluster, "node", rp.Node, "repair", rp.ID, "err", err)
+	}
+	if after.Retry == "breakers" {
+		r.EvaluateSoon() // retried once the breakers are evaluated again
+	}
+	if after.Kind == decide.Transition {
+		return r.step(ctx, rp, after, now)
+	}
+	return rp, nil // retried on the next pass
 }
 
 // with returns m with k=v set, copying m.
@@ -565,11 +541,12 @@ func with(m map[string]any, k string, v any) map[string]any {
 }
 
 // deleting issues the NodeClaim delete (idempotent) and closes the repair
-// once the NodeClaim is gone.
+// once the NodeClaim is gone; a dry-run repair is cancelled with nothing
+// deleted (decide.Deleting).
 func (r *Reconciler) deleting(ctx context.Context, k *kube.Cluster, rp store.Repair, now time.Time) (store.Repair, error) {
-	if rp.DryRun {
-		return r.step(ctx, rp, ledger.Cancelled, fmt.Sprintf("dry-run: NodeClaim %s would have been deleted now; nothing was deleted", rp.NodeClaim),
-			map[string]any{"dry_run": true}, func(x *store.Repair) { x.ExecutedAction = "none" }, now)
+	row := ledgerRow(rp)
+	if next := decide.Deleting(row); next.Kind == decide.Transition {
+		return r.step(ctx, rp, next, now)
 	}
 	uid := types.UID(rp.NodeClaimUID)
 	gone, err := k.NodeClaimGone(ctx, rp.NodeClaim, uid)
@@ -579,7 +556,7 @@ func (r *Reconciler) deleting(ctx context.Context, k *kube.Cluster, rp store.Rep
 	if !gone {
 		issued, err := k.DeleteNodeClaim(ctx, rp.NodeClaim, uid)
 		if errors.Is(err, kube.ErrUIDChanged) {
-			return r.step(ctx, rp, ledger.Cancelled, "NodeClaim was replaced under the same name; nothing deleted", nil, nil, now)
+			return r.step(ctx, rp, decide.UIDChanged(), now)
 		}
 		if err != nil {
 			return rp, err
@@ -595,14 +572,13 @@ func (r *Reconciler) deleting(ctx context.Context, k *kube.Cluster, rp store.Rep
 			return rp, err
 		}
 	}
-	return r.step(ctx, rp, ledger.Replaced, fmt.Sprintf("NodeClaim %s is gone; Karpenter replaces the node", rp.NodeClaim), nil,
-		func(x *store.Repair) { x.ExecutedAction = string(catalog.ActionReplace) }, now)
+	return r.step(ctx, rp, decide.Replaced(row), now)
 }
 
 // healthy handles a node without a condition diagnosis: nothing latches, the
 // condition returns to True and the taint is removed; a repair not yet
 // executing is resolved.
-func (r *Reconciler) healthy(ctx context.Context, k *kube.Cluster, node string, open store.Repair, hasOpen bool, now time.Time) error {
+func (r *Reconciler) healthy(ctx context.Context, k *kube.Cluster, node string, head diagnose.Diagnosis, open store.Repair, hasOpen bool, now time.Time) error {
 	if hasOpen && open.State == ledger.Deleting {
 		_, err := r.deleting(ctx, k, open, now)
 		return err
@@ -623,7 +599,7 @@ func (r *Reconciler) healthy(ctx context.Context, k *kube.Cluster, node string, 
 		return err
 	}
 	if hasOpen {
-		_, err := r.step(ctx, open, ledger.Resolved, "evidence cleared (no active condition diagnosis for the current boot)", nil, nil, now)
+		_, err := r.step(ctx, open, decide.Step(ledgerRow(open), head, decide.Facts{}, now), now)
 		return err
 	}
 	return nil
@@ -635,6 +611,6 @@ func (r *Reconciler) nodeGone(ctx context.Context, k *kube.Cluster, rp store.Rep
 		_, err := r.deleting(ctx, k, rp, now)
 		return err
 	}
-	_, err := r.step(ctx, rp, ledger.Cancelled, "the Node no longer exists", nil, nil, now)
+	_, err := r.step(ctx, rp, decide.Step(ledgerRow(rp), diagnose.Diagnosis{}, decide.Facts{NodeGone: true}, now), now)
 	return err
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/fleetrepair/fleetrepair/controller/policy"
 	"github.com/fleetrepair/fleetrepair/controller/repair"
 	"github.com/fleetrepair/fleetrepair/controller/store"
+	"github.com/fleetrepair/fleetrepair/test/expect"
 	"github.com/fleetrepair/fleetrepair/test/karpentersim"
 	"github.com/fleetrepair/fleetrepair/test/pgtest"
 )
@@ -112,11 +113,7 @@ func (e *env) open(t *testing.T, node string) store.Repair {
 
 func (e *env) nodeClaimDeleting(t *testing.T, name string) bool {
 	t.Helper()
-	var nc karpv1.NodeClaim
-	if err := e.k.Client().Get(context.Background(), client.ObjectKey{Name: name}, &nc); err != nil {
-		return true // gone
-	}
-	return nc.DeletionTimestamp != nil
+	return expect.NodeClaimDeleting(t, e.k.Client(), name)
 }
 
 func xid79() finding.Finding {
@@ -150,18 +147,12 @@ func TestGPULostIsReplacedAfterToleration(t *testing.T) {
 
 	e.clock.Add(9 * time.Minute)
 	e.reconcile(t, "node-lost")
-	if e.nodeClaimDeleting(t, "node-lost-nc") {
-		t.Fatal("NodeClaim deleted before the toleration window ended")
-	}
+	expect.ExpectNodeClaimNotDeleting(t, e.k.Client(), "node-lost-nc", "before the toleration window ended")
 
 	e.clock.Add(2 * time.Minute)
 	e.reconcile(t, "node-lost")
-	if !e.nodeClaimDeleting(t, "node-lost-nc") {
-		t.Fatal("NodeClaim not deleted after the toleration window")
-	}
-	if r := e.open(t, "node-lost"); r.State != ledger.Deleting {
-		t.Fatalf("state = %s, want deleting while Karpenter finalizes", r.State)
-	}
+	expect.ExpectNodeClaimDeleting(t, e.k.Client(), "node-lost-nc")
+	expect.ExpectRepairState(t, e.st, "c1", "node-lost", ledger.Deleting) // while Karpenter finalizes
 	// Karpenter finalizes; the next pass sees the NodeClaim gone.
 	if err := e.sim.Step(ctx, e.clock.Now()); err != nil {
 		t.Fatal(err)
@@ -178,20 +169,7 @@ func TestGPULostIsReplacedAfterToleration(t *testing.T) {
 	if reps := e.sim.Replacements(); len(reps) != 1 {
 		t.Fatalf("replacements = %d, want exactly 1", len(reps))
 	}
-	audit, _ := e.st.RepairAudit(ctx, rs[0].ID)
-	var path []ledger.State
-	for _, a := range audit {
-		path = append(path, a.To)
-	}
-	want := []ledger.State{ledger.Detected, ledger.Quarantined, ledger.Tolerating, ledger.Deleting, ledger.Replaced}
-	if len(path) != len(want) {
-		t.Fatalf("audit path = %v, want %v", path, want)
-	}
-	for i := range want {
-		if path[i] != want[i] {
-			t.Fatalf("audit path = %v, want %v", path, want)
-		}
-	}
+	expect.ExpectAuditPath(t, e.st, rs[0].ID, ledger.Detected, ledger.Quarantined, ledger.Tolerating, ledger.Deleting, ledger.Replaced)
 	// Verification finds the Node Karpenter launched instead, Ready and healthy.
 	e.clock.Add(3 * time.Minute)
 	if err := e.rec.VerifyReplacements(ctx); err != nil {

@@ -78,6 +78,13 @@ type Options struct {
 	// per source and per agent, shadow reports at once, audit rows); zero
 	// fields take web/api's defaults.
 	Limits api.Limits
+	// OIDC configures the dashboard's login (nil: no OIDC login).
+	OIDC *auth.OIDCConfig
+	// DevLogin offers the dashboard's password-less local login: only
+	// `fleetrepair demo` sets it.
+	DevLogin bool
+	// SecureCookies marks the dashboard's session cookie HTTPS-only.
+	SecureCookies bool
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 	Log *slog.Logger
@@ -173,12 +180,17 @@ func Start(ctx context.Context, o Options) (*Controller, error) {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	h, err := api.Handler(api.Config{Store: st, Catalog: cat, Clusters: names, Authenticator: o.Authenticator,
+	svc, err := api.New(api.Config{Store: st, Catalog: cat, Clusters: names, Authenticator: o.Authenticator,
 		OnIngest: rec.Trigger, ClusterStates: rec.Clusters, Operators: o.Operators, Gatherer: reg, Registerer: reg, Now: o.Now, Log: o.Log, Limits: o.Limits,
 		Shadow: shadow.Config{Store: st, Engine: eng, Policy: pol, Breaker: bp, Toleration: o.Toleration, Clusters: names, Resync: o.Resync}.ReportFunc()})
 	if err != nil {
 		st.Close()
 		return nil, err
+	}
+	h, err := dashboard(ctx, o, st, svc)
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("start controller: %w", err)
 	}
 	sopts, scheme := api.ServerOptions{Log: o.Log}, "http"
 	if (o.TLSCertFile == "") != (o.TLSKeyFile == "") {
@@ -215,6 +227,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		}
 	}
 	g.Go(func() error { return c.rec.Run(ctx) })
+	g.Go(func() error { return sweepSessions(ctx, c.Store, c.opts.Now, c.opts.Log) })
 	g.Go(func() error {
 		serve := func() error { return c.srv.Serve(c.ln) }
 		if c.srv.TLSConfig != nil {

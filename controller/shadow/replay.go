@@ -2,6 +2,7 @@ package shadow
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -10,6 +11,7 @@ import (
 	"github.com/fleetrepair/fleetrepair/agent/finding"
 	"github.com/fleetrepair/fleetrepair/controller/breaker"
 	"github.com/fleetrepair/fleetrepair/controller/catalog"
+	"github.com/fleetrepair/fleetrepair/controller/decide"
 	"github.com/fleetrepair/fleetrepair/controller/diagnose"
 	"github.com/fleetrepair/fleetrepair/controller/ledger"
 	"github.com/fleetrepair/fleetrepair/controller/policy"
@@ -317,7 +319,7 @@ func (r *replay) pass(now time.Time) bool {
 		if n.rp != nil || n.head.Severity == catalog.SeverityCondition {
 			open = true
 		}
-		if n.gone || len(n.diags) == 0 && n.rp == nil {
+		if n.gone || len(n.diags) == 0 && n.rp == nil && !n.dirty { // a throttled node stays until diagnosed
 			delete(r.active, n)
 			r.activeChanged = true
 		}
@@ -336,15 +338,15 @@ func (r *replay) diagnose(n *node, now time.Time) {
 			n.recheck = c
 		}
 	}
+	// The controller reads a node's newest diagnoseLimit findings (the
+	// store's FindingsForNode), then drops earlier boots' outside the
+	// lookback: so does the replay, of what was delivered by now.
 	fs := make([]finding.Finding, 0, min(n.next, diagnoseLimit))
-	for _, t := range n.fs[:n.next] {
+	for _, t := range n.fs[max(0, n.next-diagnoseLimit):n.next] {
 		f := t.f
 		always := f.BootID == "" || f.BootID == n.boot || f.Time.IsZero()
 		if !always && now.Sub(f.Time) > r.cfg.Lookback {
 			continue // an earlier boot's history, out of the lookback
-		}
-		if len(fs) == diagnoseLimit {
-			break
 		}
 		fs = append(fs, f)
 		n.volatile = n.volatile || t.untimed
@@ -369,9 +371,8 @@ func (r *replay) diagnose(n *node, now time.Time) {
 	n.head = diagnose.Headline(n.diags)
 }
 
-// evaluateBreakers is repair.EvaluateBreakers on the replay's state: every
-// active diagnosis whose fault class is not none or provisioning is a
-// signal at its last finding, and a condition also an ongoing one at now.
+// evaluateBreakers is repair.EvaluateBreakers on the replay's state: the
+// signals of the active diagnoses (decide.Signals).
 // It reports whether a new-failure signal lies within the window (the
 // breakers may still trip on it).
 func (r *replay) evaluateBreakers(now time.Time, nodes []*node) bool {
@@ -394,16 +395,11 @@ func (r *replay) evaluateBreakers(now time.Time, nodes []*node) bool {
 		if n.gone {
 			continue
 		}
-		for _, d := range n.diags {
-			if d.FaultClass == "none" || d.FaultClass == "provisioning" {
-				continue
-			}
-			sigs = append(sigs, breaker.Signal{Node: n.key, At: d.LastSeen})
-			if d.LastSeen.After(latest) {
-				latest = d.LastSeen
-			}
-			if d.Severity == catalog.SeverityCondition {
-				sigs = append(sigs, breaker.Signal{Node: n.key, At: now, Ongoing: true})
+		from := len(sigs)
+		sigs = decide.AppendSignals(sigs, n.diags, now)
+		for _, sg := range sigs[from:] {
+			if !sg.Ongoing && sg.At.After(latest) {
+				latest = sg.At
 			}
 		}
 	}
@@ -435,86 +431,123 @@ func (r *replay) evaluateBreakers(now time.Time, nodes []*node) bool {
 	return recent
 }
 
-// reconcile is repair.ReconcileNode's ledger part for one node.
+// reconcile is repair.ReconcileNode's ledger part for one node: it feeds
+// decide.Step the repair, the headline diagnosis and the replay's facts,
+// and carries out its answer on the report.
 func (r *replay) reconcile(n *node, now time.Time) {
 	head := n.head
-	if head.Severity != catalog.SeverityCondition {
-		if rp := n.rp; rp != nil { // healthy: a repair not yet executing is resolved
-			if rp.state != ledger.Failed {
-				r.counts(rp.reason).Resolved++
-				r.endApproval(rp, now, OutcomeResolved)
-			}
-			n.rp = nil
-		}
+	if n.rp == nil && head.Severity != catalog.SeverityCondition {
 		return
 	}
 	if n.rp == nil {
-		tol := r.effective(head, n.pool).Toleration
-		if head.Escalated {
-			tol = 0 // the first remedy already failed: waiting again helps nothing
-		}
+		tol := decide.Toleration(head, r.effective(head, n.pool).Toleration)
 		n.rp = &openRepair{reason: head.Reason, state: ledger.Tolerating, tolStart: now, tolUntil: now.Add(tol), approval: -1}
 		r.counts(head.Reason).Repairs++
 	}
 	rp := n.rp
-	for range 2 { // awaiting_approval -> approved -> executed in one pass, as repair.advance
-		switch rp.state {
-		case ledger.Tolerating, ledger.Approved:
-			if rp.state == ledger.Tolerating && now.Before(rp.tolUntil) {
-				return
+	if rp.state == ledger.Failed {
+		// Reported once per condition, until the node is healthy again
+		// (docs/shadow.md, "Failed repairs").
+		if head.Severity != catalog.SeverityCondition {
+			n.rp = nil
+		}
+		return
+	}
+	for range 3 { // awaiting_approval -> approved -> executed in one pass, as repair.advance
+		row := rp.row(n)
+		f := decide.Facts{Action: r.effective(head, n.pool).Action, ApprovalTTL: r.cfg.ApprovalTTL, Drain: r.takeRelease}
+		if decide.NeedsBreakers(row) {
+			f.BreakerAllows = r.cfg.Breaker == nil
+			if !f.BreakerAllows {
+				f.BreakerAllows, _ = breaker.Allows(r.bstate, n.bnode())
 			}
-			r.execute(n, rp, now)
+		}
+		next := decide.Step(row, head, f, now)
+		switch next.Kind {
+		case decide.Guard:
+			r.execute(n, rp, next, now)
 			return
-		case ledger.AwaitingApproval:
-			if r.release(n, rp) {
-				rp.state, rp.releasedBy = ledger.Approved, true
-				r.endApproval(rp, now, OutcomeReleased)
-				continue
-			}
-			if now.Sub(rp.heldSince) >= r.cfg.ApprovalTTL {
-				r.counts(rp.reason).Expired++
-				r.endApproval(rp, now, OutcomeExpired)
-				n.rp = nil // the next pass opens a new repair with a full toleration
-			}
+		case decide.Transition:
+		default:
 			return
-		default: // failed: reported once, until the node is healthy again
+		}
+		c := r.counts(rp.reason)
+		switch next.To {
+		case ledger.Resolved:
+			c.Resolved++
+			r.endApproval(rp, now, OutcomeResolved)
+			n.rp = nil
+			return
+		case ledger.AwaitingApproval: // the action is not executable
+			r.hold(n, rp, now, WhyActionNotExecutable, f.Action, next.Why)
+			return
+		case ledger.Approved: // released by the controller
+			rp.state, rp.releasedBy = ledger.Approved, true
+			r.endApproval(rp, now, OutcomeReleased)
+		case ledger.Expired:
+			c.Expired++
+			r.endApproval(rp, now, OutcomeExpired)
+			n.rp = nil // the next pass opens a new repair with a full toleration
+			return
+		case ledger.Failed:
+			rp.state = ledger.Failed
+			c.Failed++
+			r.out.Failed = append(r.out.Failed, Failed{Cluster: n.cluster, Node: n.name, Reason: rp.reason, At: now, Why: next.Why})
+			return
+		default: // cancelled: a NodeClaim UID the replay does not track
+			n.rp = nil
 			return
 		}
 	}
 }
 
-// execute is repair.execute: a non-executable action waits for approval;
-// no NodeClaim fails the repair; then the budgets and the breaker guard of
-// the deletion transaction, in that order.
-func (r *replay) execute(n *node, rp *openRepair, now time.Time) {
-	action := r.effective(n.head, n.pool).Action // the policy may execute another action than recommended
+// row is what decide.Step reads of the repair. The replay knows whether a
+// NodeClaim owns the node, not its name or UID (which never change here).
+func (rp *openRepair) row(n *node) decide.Repair {
+	row := decide.Repair{State: rp.state, TolerationUntil: rp.tolUntil, Since: rp.heldSince}
+	if n.hasNodeClaim {
+		row.NodeClaim = "nodeclaim-of-" + n.name
+	}
+	switch rp.heldBy {
+	case WhyBreaker:
+		row.HeldBy = decide.HeldByBreaker
+	case WhyActionNotExecutable:
+		row.HeldBy = decide.HeldByAction
+	}
+	if rp.releasedBy {
+		row.ReleasedBy = decide.Actor
+	}
+	return row
+}
+
+// takeRelease takes one of this pass's paced releases (DrainPerPass).
+func (r *replay) takeRelease() bool {
+	if r.released >= r.cfg.DrainPerPass {
+		return false // paced: the next pass releases more
+	}
+	r.released++
+	return true
+}
+
+// execute runs the deletion guards of a decide.Guard step (decide.Deletion,
+// as BeginDeletion does) on the replay's budget counts and breaker state,
+// and carries out decide.AfterGuard's answer: the deletion, a budget
+// delay (retried next pass) or a hold for on-call.
+func (r *replay) execute(n *node, rp *openRepair, g decide.Next, now time.Time) {
+	err := decide.Deletion(r.guards(n, now, g.HumanApproved), now)
+	after, _ := decide.AfterGuard(g, err)
+	var budget *decide.BudgetError
+	switch {
+	case errors.As(err, &budget):
+		r.delay(n, rp, now, budget.Budget, budget.Detail)
+		return // retried on the next pass
+	case after.Kind == decide.Transition && after.To == ledger.AwaitingApproval:
+		r.hold(n, rp, now, WhyBreaker, catalog.ActionReplace, after.Why)
+		return
+	case err != nil:
+		return // kill switch or stale state: never in a replay
+	}
 	c := r.counts(rp.reason)
-	if rp.state == ledger.Tolerating && action != catalog.ActionReplace {
-		r.hold(n, rp, now, WhyActionNotExecutable, action, fmt.Sprintf(
-			"recommended action %s is not executable here (NodeClaim replacement only); approve to replace the node, or reset/reboot it by hand", action))
-		return
-	}
-	if !n.hasNodeClaim {
-		rp.state = ledger.Failed
-		c.Failed++
-		r.out.Failed = append(r.out.Failed, Failed{Cluster: n.cluster, Node: n.name, Reason: rp.reason, At: now,
-			Why: "no Karpenter NodeClaim owns the node; replace it by hand"})
-		return
-	}
-	if budget, detail, ok := r.budgetAllows(n, now); !ok {
-		r.delay(n, rp, now, budget, detail)
-		return // retried on the next pass
-	}
-	if r.cfg.Breaker != nil {
-		if ok, why := breaker.Allows(r.bstate, n.bnode()); !ok {
-			r.hold(n, rp, now, WhyBreaker, catalog.ActionReplace, "held for on-call approval: "+why)
-			return
-		}
-	}
-	if detail, ok := r.minHealthyAllows(n, now); !ok {
-		r.delay(n, rp, now, BudgetMinHealthy, detail)
-		return // retried on the next pass
-	}
 	pool := n.cluster + "/" + n.pool
 	r.deletedAt[n.cluster] = append(r.deletedAt[n.cluster], now)
 	r.inFlight[pool] = append(r.inFlight[pool], now)
@@ -525,32 +558,41 @@ func (r *replay) execute(n *node, rp *openRepair, now time.Time) {
 	n.gone, n.rp, n.diags, n.head = true, nil, nil, diagnose.Headline(nil)
 }
 
-// budgetAllows is BeginDeletion's budget check, in its order: deletions
-// that entered deleting in (now-1h, now] against the cluster's
-// deletions_per_hour, the NodePool's deletions still in flight against
-// max_in_flight_per_nodepool, the NodePool's deletions in the last hour
-// against nodepool_deletions_per_hour.
-func (r *replay) budgetAllows(n *node, now time.Time) (budget, detail string, ok bool) {
+// guards gathers what BeginDeletion and repair's guard give decide.Deletion:
+// the cluster's budgets, deletions that entered deleting in (now-1h, now]
+// in the cluster and the NodePool, the NodePool's deletions still in
+// flight, its healthy nodes against the policy's minHealthy, and the
+// breaker state. Healthy here is a node of the pool in the fleet, not
+// under a condition (quarantined) and not a replacement still on its way
+// (a deletion in flight); the store does not know which nodes were
+// NotReady. The breaker state is always fresh: the replay evaluates the
+// breakers at every pass where they can change.
+func (r *replay) guards(n *node, now time.Time, humanApproved bool) decide.Guards {
 	b, known := r.budgets[n.cluster]
 	if !known {
 		b = schemaBudget
 	}
 	pool := n.cluster + "/" + n.pool
-	ds := pruneBefore(r.deletedAt, n.cluster, now.Add(-time.Hour))
-	fl := pruneBefore(r.inFlight, pool, now.Add(-r.cfg.DeletingFor))
-	pd := pruneBefore(r.poolDeletedAt, pool, now.Add(-time.Hour))
-	switch {
-	case len(ds) >= b.DeletionsPerHour:
-		return store.BudgetDeletionsPerHour, fmt.Sprintf("cluster %s: %d deletions in the last hour, budget %d per hour",
-			n.cluster, len(ds), b.DeletionsPerHour), false
-	case len(fl) >= b.MaxInFlightPerNodePool:
-		return store.BudgetMaxInFlightPerNodePool, fmt.Sprintf("cluster %s nodepool %q: %d deletions in flight, budget %d",
-			n.cluster, n.pool, len(fl), b.MaxInFlightPerNodePool), false
-	case len(pd) >= r.nodePoolPerHour():
-		return store.BudgetNodePoolDeletionsPerHour, fmt.Sprintf("cluster %s nodepool %q: %d deletions in the last hour, budget %d per hour",
-			n.cluster, n.pool, len(pd), r.nodePoolPerHour()), false
+	inFlight := len(pruneBefore(r.inFlight, pool, now.Add(-r.cfg.DeletingFor)))
+	g := decide.Guards{
+		Budget: decide.Budget{DeletionsPerHour: b.DeletionsPerHour, MaxInFlightPerNodePool: b.MaxInFlightPerNodePool,
+			NodePoolDeletionsPerHour: r.nodePoolPerHour(), MinHealthy: r.cfg.Policy.MinHealthy(n.pool)},
+		Counts: decide.Counts{Cluster: n.cluster, NodePool: n.pool,
+			DeletionsLastHour:         len(pruneBefore(r.deletedAt, n.cluster, now.Add(-time.Hour))),
+			InFlight:                  inFlight,
+			NodePoolDeletionsLastHour: len(pruneBefore(r.poolDeletedAt, pool, now.Add(-time.Hour)))},
+		Breakers: r.cfg.Breaker != nil, State: r.bstate, Node: n.bnode(), HumanApproved: humanApproved,
 	}
-	return "", "", true
+	if g.Budget.MinHealthy > 0 {
+		healthy := 0
+		for _, m := range r.nodes {
+			if m.joined && m.cluster == n.cluster && m.pool == n.pool && m.head.Severity != catalog.SeverityCondition {
+				healthy++
+			}
+		}
+		g.Counts.Healthy = healthy - inFlight
+	}
+	return g
 }
 
 // pruneBefore drops the times of m[k] at or before cut and returns the rest.
@@ -568,29 +610,6 @@ func (r *replay) nodePoolPerHour() int {
 		return r.cfg.NodePoolDeletionsPerHour
 	}
 	return DefaultNodePoolDeletionsPerHour
-}
-
-// minHealthyAllows is repair's minHealthy guard: the NodePool keeps at
-// least the policy's minHealthy healthy nodes. Healthy here is a node of
-// the pool in the fleet, not under a condition (quarantined) and not a
-// replacement still on its way (a deletion in flight); the store does not
-// know which nodes were NotReady.
-func (r *replay) minHealthyAllows(n *node, now time.Time) (string, bool) {
-	want := r.cfg.Policy.MinHealthy(n.pool)
-	if want <= 0 {
-		return "", true
-	}
-	healthy := 0
-	for _, m := range r.nodes {
-		if m.joined && m.cluster == n.cluster && m.pool == n.pool && m.head.Severity != catalog.SeverityCondition {
-			healthy++
-		}
-	}
-	healthy -= len(pruneBefore(r.inFlight, n.cluster+"/"+n.pool, now.Add(-r.cfg.DeletingFor)))
-	if healthy < want {
-		return fmt.Sprintf("NodePool %s has %d healthy nodes, minimum %d", n.pool, healthy, want), false
-	}
-	return "", true
 }
 
 // delay records, once per repair, that a budget delayed it.
@@ -617,28 +636,6 @@ func (r *replay) hold(n *node, rp *openRepair, now time.Time, why string, action
 	r.out.ApprovalsNeeded = append(r.out.ApprovalsNeeded, Approval{Cluster: n.cluster, Node: n.name, Reason: rp.reason,
 		Why: why, Action: string(action), At: now, Detail: detail, Outcome: OutcomePending})
 	rp.approval = len(r.out.ApprovalsNeeded) - 1
-}
-
-// release is repair.release: a breaker-held repair goes on once its
-// breakers allow it, at most DrainPerPass per pass; one held for a
-// non-executable action goes on when its diagnosis escalated to replace.
-func (r *replay) release(n *node, rp *openRepair) bool {
-	switch rp.heldBy {
-	case WhyActionNotExecutable:
-		return n.head.Escalated && r.effective(n.head, n.pool).Action == catalog.ActionReplace
-	case WhyBreaker:
-		if r.cfg.Breaker != nil {
-			if ok, _ := breaker.Allows(r.bstate, n.bnode()); !ok {
-				return false
-			}
-		}
-		if r.released >= r.cfg.DrainPerPass {
-			return false // paced: the next pass releases more
-		}
-		r.released++
-		return true
-	}
-	return false
 }
 
 func (r *replay) endApproval(rp *openRepair, now time.Time, outcome string) {
@@ -670,6 +667,17 @@ func (r *replay) applyPolicy(ds []diagnose.Diagnosis, nodePool string) []diagnos
 }
 
 func (r *replay) finish() {
+	for _, n := range r.nodes {
+		if rp := n.rp; rp != nil && rp.state != ledger.Failed {
+			o := Open{Cluster: n.cluster, Node: n.name, Reason: rp.reason, State: string(rp.state),
+				TolerationStartedAt: rp.tolStart, TolerationUntil: rp.tolUntil}
+			if rp.state == ledger.AwaitingApproval {
+				o.HeldBy = rp.heldBy
+			}
+			r.out.Open = append(r.out.Open, o)
+		}
+	}
+	slices.SortStableFunc(r.out.Open, func(a, b Open) int { return a.TolerationStartedAt.Compare(b.TolerationStartedAt) })
 	if r.out.UntimedFindings > 0 {
 		r.note("%d finding(s) have no observation time; each is placed at the time of the finding stored before it (the store does not return receipt times)",
 			r.out.UntimedFindings)

@@ -22,7 +22,7 @@
 // controller/repair where they differ (docs/shadow.md lists every
 // difference).
 //
-// Run reads the store (ListClusters, ListNodes, FindingsForNode) and is
+// Run reads the store (ListClusters, ListNodes, FindingsForNodeRange) and is
 // otherwise pure: no wall clock, no goroutines outlive it, deterministic for
 // a given database content.
 package shadow
@@ -75,7 +75,7 @@ const (
 	// later findings are left out and the report says so in Notes.
 	maxFindingsPerNode = 100_000
 	// diagnoseLimit is how many findings the controller reads per node and
-	// reconcile (the oldest within the lookback: repair.ReconcileNode).
+	// reconcile (the newest: store.FindingsForNode in repair.ReconcileNode).
 	diagnoseLimit = 10000
 	loadWorkers   = 4
 	// throttleFindings: a node is diagnosed again no sooner than one
@@ -88,7 +88,7 @@ const (
 // same values it gives controller/repair.
 type Config struct {
 	// Store is read: ListClusters (budgets), ListNodes (cohort
-	// attributes, NodeClaim), FindingsForNode. Required.
+	// attributes, NodeClaim), FindingsForNodeRange. Required.
 	Store *store.Store
 	// Engine is the diagnosis engine. Required.
 	Engine *diagnose.Engine
@@ -197,6 +197,9 @@ type Report struct {
 	// Failed are repairs the controller could not execute: no Karpenter
 	// NodeClaim owns the node.
 	Failed []Failed `json:"failed"`
+	// Open are the repairs still open at until, as the ledger would hold
+	// them, oldest first.
+	Open []Open `json:"open,omitempty"`
 	// ByReason counts, per reason code, what happened to its repairs.
 	ByReason map[string]*ReasonCounts `json:"byReason"`
 	// Policy is the policy the replay applied.
@@ -277,6 +280,22 @@ type Failed struct {
 	Reason  string    `json:"reason"`
 	At      time.Time `json:"at"`
 	Why     string    `json:"why"`
+}
+
+// Open is a repair still open at the end of the range.
+type Open struct {
+	Cluster string `json:"cluster"`
+	Node    string `json:"node"`
+	Reason  string `json:"reason"`
+	// State is tolerating, awaiting_approval or approved (failed ones are
+	// in Failed).
+	State string `json:"state"`
+	// TolerationStartedAt is when the repair opened; TolerationUntil when
+	// its toleration ends (or ended: a budget delays it).
+	TolerationStartedAt time.Time `json:"tolerationStartedAt"`
+	TolerationUntil     time.Time `json:"tolerationUntil"`
+	// HeldBy is WhyBreaker or WhyActionNotExecutable while awaiting approval.
+	HeldBy string `json:"heldBy,omitempty"`
 }
 
 // ReasonCounts is what happened to one reason's repairs.
@@ -463,7 +482,7 @@ func (n *node) load(ctx context.Context, st *store.Store, from, until time.Time,
 		prev = n.joinAt
 	}
 	for {
-		page, err := st.FindingsForNode(ctx, n.cluster, n.name, cursor, store.MaxFindingsLimit)
+		page, err := st.FindingsForNodeRange(ctx, n.cluster, n.name, cursor, until, store.MaxFindingsLimit)
 		if err != nil {
 			return err
 		}

@@ -339,3 +339,36 @@ func TestRange(t *testing.T) {
 		t.Errorf("a week: %v", err)
 	}
 }
+
+// TestNewestFindingsOverTheLimit: a node with more findings than the
+// controller reads per reconcile is diagnosed on its newest ones, as
+// store.FindingsForNode returns them: a GPU lost after 10,000 harmless
+// findings is seen (and replaced), not cut off.
+func TestNewestFindingsOverTheLimit(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t)
+	f.node("chatty", "train", "z1", "nc-chatty")
+	for i := range 20 {
+		f.node(fmt.Sprintf("quiet-%02d", i), "train", "z1", fmt.Sprintf("nc-q%d", i))
+	}
+	const filler = 10_000
+	start := t0.Add(-time.Hour)
+	for b := 0; b < filler; b += 500 {
+		var fs []finding.Finding
+		for i := b; i < b+500; i++ {
+			f.seq++
+			at := start.Add(time.Duration(i) * 300 * time.Millisecond)
+			x := finding.Finding{Detector: finding.DetectorDriverVersion, Node: "chatty", BootID: "boot-chatty", Time: at, Count: 1, Seq: f.seq,
+				Attrs: map[string]string{finding.AttrValue: "570.133.20"}, Evidence: []string{fmt.Sprintf("NVRM: loading 570.133.20 (%d)", i)}}
+			x.ID = finding.NewID(x)
+			fs = append(fs, x)
+		}
+		f.report("chatty", fs[len(fs)-1].Time, fs)
+	}
+	f.xid("chatty", 79, t0.Add(time.Minute), t0.Add(time.Minute))
+
+	rep := run(t, config(t, f.st), t0.Add(2*time.Hour))
+	if names := names(rep.Deletions); len(names) != 1 || names[0] != "c1/chatty" {
+		t.Fatalf("deletions %v; want c1/chatty, whose newest finding is a lost GPU (notes %v, %+v)", names, rep.Notes, rep.ByReason)
+	}
+}

@@ -57,8 +57,11 @@ type PolicyResult struct {
 	// Recovered are broken nodes fixed by a recover step of the timeline.
 	Recovered  []Repaired   `json:"recovered,omitempty"`
 	Unrepaired []Unrepaired `json:"unrepaired"`
-	Notes      []string     `json:"notes,omitempty"`
-	Summary    Summary      `json:"summary"`
+	// Open are fleetrepair's repairs still open at the end, as the
+	// controller's ledger would hold them.
+	Open    []OpenRepair `json:"open,omitempty"`
+	Notes   []string     `json:"notes,omitempty"`
+	Summary Summary      `json:"summary"`
 }
 
 // Summary holds the comparison numbers of one policy.
@@ -134,6 +137,17 @@ type Repaired struct {
 	At           string `json:"at"`
 	Method       string `json:"method"`
 	TimeToRepair string `json:"timeToRepair"`
+}
+
+// OpenRepair is a repair open at the end of a fleetrepair run.
+type OpenRepair struct {
+	Node string `json:"node"`
+	// State is the ledger state (tolerating, awaiting_approval, approved).
+	State string `json:"state"`
+	// HeldBy is "breaker" or "action" while awaiting approval.
+	HeldBy string `json:"heldBy,omitempty"`
+	// Waiting: the toleration is over and the deletion budget delays it.
+	Waiting bool `json:"waiting,omitempty"`
 }
 
 // Unrepaired is a broken node still broken at the end.

@@ -16,6 +16,7 @@ package simulate
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"math"
@@ -28,7 +29,9 @@ import (
 	"github.com/fleetrepair/fleetrepair/agent/finding"
 	"github.com/fleetrepair/fleetrepair/controller/breaker"
 	"github.com/fleetrepair/fleetrepair/controller/catalog"
+	"github.com/fleetrepair/fleetrepair/controller/decide"
 	"github.com/fleetrepair/fleetrepair/controller/diagnose"
+	"github.com/fleetrepair/fleetrepair/controller/ledger"
 )
 
 // Policy names.
@@ -182,16 +185,18 @@ type simNode struct {
 	gen    int // machine generation: replacements
 	epoch  int // boot within the machine: reboots and GPU resets
 
-	findings     []finding.Finding
-	repeats      map[string][2]int // finding content -> index of its first and latest occurrence (-1: none yet)
-	injected     []injection       // every injected finding, for checkpoints
-	deletingAt   time.Time         // NodeClaim deleted, replacement not ready yet; zero otherwise
-	signalledSeq uint64
-	lastSignal   time.Time
-	diags        []diagnose.Diagnosis
-	head         diagnose.Diagnosis
-	vendorBad    bool
-	dirty        bool
+	findings   []finding.Finding
+	repeats    map[string][2]int // finding content -> index of its first and latest occurrence (-1: none yet)
+	injected   []injection       // every injected finding, for checkpoints
+	deletingAt time.Time         // NodeClaim deleted, replacement not ready yet; zero otherwise
+	// changedAt is when the node's cohort attributes last changed.
+	changedAt time.Time
+	// rp is fleetrepair's open repair of the node (nil: none).
+	rp        *simRepair
+	diags     []diagnose.Diagnosis
+	head      diagnose.Diagnosis
+	vendorBad bool
+	dirty     bool
 
 	// Repair model.
 	condSince   time.Time       // toleration clock (fleetrepair) / unhealthy since (baselines)
@@ -218,6 +223,22 @@ type injection struct {
 	at  time.Time
 	gpu string
 }
+
+// simRepair is fleetrepair's open repair of a node, as the ledger holds it
+// (decide.Repair).
+type simRepair struct {
+	state      ledger.State
+	tolUntil   time.Time
+	heldBy     string
+	releasedBy string
+	since      time.Time // when it entered state (the approval expiry clock)
+}
+
+// The controller's defaults for what a scenario does not set.
+const (
+	simDrainPerPass = 1                // repair.Config.DrainPerPass
+	simResync       = 10 * time.Second // repair.Config.Resync
+)
 
 // Repair model states.
 const (
@@ -636,7 +657,7 @@ func (r *replay) change(o occurrence, now time.Time) {
 		}
 		if cohortChanged {
 			// Signals describe the node's old configuration.
-			r.dropSignals(n.name)
+			n.changedAt = now
 			r.fleetDirty = true
 		}
 	}
@@ -655,10 +676,6 @@ func (r *replay) haltingBreaker(set map[string]string) string {
 		}
 	}
 	return ""
-}
-
-func (r *replay) dropSignals(node string) {
-	r.signals = slices.DeleteFunc(r.signals, func(s breaker.Signal) bool { return s.Node == node })
 }
 
 func (r *replay) recover(n *simNode, method string, at time.Duration) {
@@ -710,42 +727,22 @@ func (r *replay) replace(n *simNode) {
 	n.head = diagnose.Headline(nil)
 	n.vendorBad, n.dirty = false, false
 	n.condSince, n.state = time.Time{}, ""
-	n.signalledSeq, n.lastSignal = 0, time.Time{}
+	n.changedAt, n.rp = time.Time{}, nil
 	clear(n.truth)
 	n.brokenSince = time.Time{}
-	r.dropSignals(n.name)
 }
 
-// diagnose re-runs the real rules on a node whose findings changed and
-// extracts its new fault signals.
+// diagnose re-runs the real rules on a node whose findings changed.
 func (r *replay) diagnose(n *simNode, now time.Time) {
 	n.dirty = false
 	n.diags = r.eng.Diagnose(diagnose.Input{Node: n.name, BootID: n.bootID(), Findings: n.findings, Now: now})
 	n.head = diagnose.Headline(n.diags)
-	newest := n.signalledSeq
-	fresh := map[string]finding.Finding{}
-	for _, f := range n.findings {
-		if f.Seq > n.signalledSeq {
-			fresh[f.ID] = f
-			newest = max(newest, f.Seq)
-		}
-	}
 	n.monitorDown = false
 	for _, d := range n.diags {
 		if d.FaultClass == "monitoring-plane" {
 			n.monitorDown = true
 		}
-		if d.FaultClass == "none" || d.Severity == catalog.SeverityNone {
-			continue
-		}
-		for _, id := range d.FindingIDs {
-			if f, ok := fresh[id]; ok && !f.Time.Equal(n.lastSignal) {
-				r.signals = append(r.signals, breaker.Signal{Node: n.name, At: f.Time})
-				n.lastSignal = f.Time
-			}
-		}
 	}
-	n.signalledSeq = newest
 	// The vendor agent's view: the newest condition of each type in this boot.
 	latest := map[string]finding.Finding{}
 	for _, f := range n.findings {
@@ -804,7 +801,7 @@ func (r *replay) policyStep(t time.Duration, now time.Time) {
 		if !r.unhealthy(n) {
 			if !n.condSince.IsZero() {
 				r.endPause(n, t, "resolved: the condition cleared")
-				n.condSince, n.state = time.Time{}, ""
+				n.condSince, n.state, n.rp = time.Time{}, "", nil
 			}
 			continue
 		}
@@ -824,13 +821,14 @@ func (r *replay) policyStep(t time.Duration, now time.Time) {
 	}
 }
 
-// fleetRepairStep is fleetrepair's policy: the breakers on every fault
-// signal, then per unhealthy node the ledger's rules (controller/repair):
-// toleration clock from the first condition diagnosis, not reset by reason
-// changes; recommended replace -> delete, unless a breaker holds it;
-// recommended reset-gpu or reboot -> awaiting approval; the deletions per
-// hour budget. An escalated diagnosis (the fault returned after its remedy)
-// does not wait out a toleration again.
+// fleetRepairStep is fleetrepair's policy, the controller's own decision
+// code (controller/decide): the breakers on the signals of every joined
+// node's diagnoses (decide.Signals), then per unhealthy node, oldest
+// condition first, the ledger's next step (decide.Step) and the deletion
+// guards (decide.Deletion), carried out on the simulated fleet. The
+// scenario has one deletion budget (deletions per hour); the simulated
+// fleet has no in-flight or per-NodePool budget and no minimum healthy
+// count, and nobody approves.
 func (r *replay) fleetRepairStep(t time.Duration, now time.Time, candidates []*simNode) {
 	if r.fleetDirty || r.fleet == nil {
 		var ns []breaker.Node
@@ -842,54 +840,109 @@ func (r *replay) fleetRepairStep(t time.Duration, now time.Time, candidates []*s
 		r.fleet = r.bp.Fleet(ns)
 		r.fleetDirty = false
 	}
-	horizon := now.Add(-2 * r.bp.Config().Window)
-	r.signals = slices.DeleteFunc(r.signals, func(s breaker.Signal) bool { return s.At.Before(horizon) })
-	// A condition is a state, an event a point in time: a node whose
-	// condition is still active sends an ongoing signal at every evaluation,
-	// which keeps its cohort's breaker open while it stays broken (a zone
-	// outage outlasts a cool-down) without counting towards a trip. Repairs
-	// parked for on-call approval are on a human's desk already and send
-	// none, so one lingering condition does not hold a breaker open for days.
-	sigs := r.signals
+	sigs := r.signals[:0]
 	for _, n := range r.nodes {
-		if n.joined && n.head.Severity == catalog.SeverityCondition && n.head.FaultClass != "none" && n.state != stateApproval {
-			if len(sigs) == len(r.signals) {
-				sigs = slices.Clip(sigs)
-			}
-			sigs = append(sigs, breaker.Signal{Node: n.name, At: now, Ongoing: true})
+		if !n.joined {
+			continue
+		}
+		from := len(sigs)
+		sigs = decide.AppendSignals(sigs, n.diags, now)
+		// A node's signals from before its cohort attributes changed
+		// describe its old configuration (breaker.Signal): dropped.
+		if !n.changedAt.IsZero() {
+			sigs = append(sigs[:from], slices.DeleteFunc(sigs[from:], func(s breaker.Signal) bool {
+				return !s.Ongoing && !s.At.After(n.changedAt)
+			})...)
 		}
 	}
+	r.signals = sigs
 	var ds []breaker.Decision
 	r.bstate, ds = r.bp.Evaluate(now, r.fleet, sigs, r.bstate)
 	for _, d := range ds {
 		r.recordDecision(d, t)
 	}
+	// The controller releases DrainPerPass held repairs per periodic pass
+	// (Resync, 10 s by default): a paced rate. A simulator step covers
+	// tick/Resync passes, so it releases that many times as many; the drain
+	// rate does not depend on the simulation's resolution.
+	perStep := max(1, simDrainPerPass*int(r.sc.Parameters.Tick/simResync))
+	released := 0
+	take := func() bool {
+		if released >= perStep {
+			return false
+		}
+		released++
+		return true
+	}
 	for _, n := range candidates {
-		if n.state == stateApproval {
-			continue // on-call decides; resolved when the evidence clears
+		if n.rp == nil {
+			tol := decide.Toleration(n.head, r.toleration(n))
+			n.rp = &simRepair{state: ledger.Tolerating, tolUntil: now.Add(tol)}
+			n.state = stateTolerating
 		}
-		if !n.head.Escalated && now.Before(n.condSince.Add(r.toleration(n))) {
-			continue
+		rp := n.rp
+		for range 3 { // awaiting_approval -> approved -> executed in one step, as the controller
+			row := decide.Repair{State: rp.state, NodeClaim: "nodeclaim-of-" + n.name, TolerationUntil: rp.tolUntil,
+				HeldBy: rp.heldBy, ReleasedBy: rp.releasedBy, Since: rp.since}
+			f := decide.Facts{Action: n.head.Action, ApprovalTTL: r.sc.Parameters.ApprovalTTL, Drain: take}
+			if decide.NeedsBreakers(row) {
+				f.BreakerAllows, _ = breaker.Allows(r.bstate, breaker.Node{Name: n.name, Attrs: n.attrs})
+			}
+			next := decide.Step(row, n.head, f, now)
+			if next.Kind == decide.Guard {
+				r.guard(n, t, now, next)
+				break
+			}
+			if next.Kind != decide.Transition {
+				break
+			}
+			rp.state, rp.since = next.To, now
+			if h, ok := next.Set["held_by"].(string); ok {
+				rp.heldBy = h
+			}
+			if rel, ok := next.Set["released_by"].(string); ok {
+				rp.releasedBy = rel
+			}
+			switch next.To {
+			case ledger.AwaitingApproval: // the recommended action is not executable
+				n.state = stateApproval
+				r.out.AwaitingApproval = append(r.out.AwaitingApproval, Approval{Node: n.name, At: fmtOffset(t),
+					Reason: n.head.Reason, Action: string(n.head.Action)})
+			case ledger.Approved: // released by the controller: the guards again
+				continue
+			default: // expired (nobody approves): the next step opens a new repair
+				r.endPause(n, t, "expired: no approval within "+r.sc.Parameters.ApprovalTTL.String())
+				n.rp, n.state = nil, ""
+			}
+			break
 		}
-		if n.head.Action != catalog.ActionReplace {
-			n.state = stateApproval
-			r.out.AwaitingApproval = append(r.out.AwaitingApproval, Approval{Node: n.name, At: fmtOffset(t),
-				Reason: n.head.Reason, Action: string(n.head.Action)})
-			continue
-		}
-		if ok, why := breaker.Allows(r.bstate, breaker.Node{Name: n.name, Attrs: n.attrs}); !ok {
-			r.hold(n, t, why)
-			continue
-		}
-		hour := now.Add(-time.Hour)
-		r.deletedAt = slices.DeleteFunc(r.deletedAt, func(x time.Time) bool { return !x.After(hour) })
-		if len(r.deletedAt) >= r.sc.Parameters.DeletionsPerHour {
-			r.hold(n, t, fmt.Sprintf("deletions budget: %d per hour used", r.sc.Parameters.DeletionsPerHour))
-			n.state = stateBudget
-			continue
-		}
+	}
+}
+
+// guard runs the deletion guards for a decide.Guard step and carries out
+// decide.AfterGuard's answer: delete, hold for on-call (a breaker) or wait
+// for the budget (retried next step).
+func (r *replay) guard(n *simNode, t time.Duration, now time.Time, g decide.Next) {
+	hour := now.Add(-time.Hour)
+	r.deletedAt = slices.DeleteFunc(r.deletedAt, func(x time.Time) bool { return !x.After(hour) })
+	err := decide.Deletion(decide.Guards{
+		Budget: decide.Budget{DeletionsPerHour: r.sc.Parameters.DeletionsPerHour,
+			MaxInFlightPerNodePool: math.MaxInt, NodePoolDeletionsPerHour: math.MaxInt},
+		Counts:   decide.Counts{Cluster: r.sc.Fleet.Cluster, NodePool: n.attrs[breaker.KeyNodePool], DeletionsLastHour: len(r.deletedAt)},
+		Breakers: true, State: r.bstate, Node: breaker.Node{Name: n.name, Attrs: n.attrs}, HumanApproved: g.HumanApproved,
+	}, now)
+	after, _ := decide.AfterGuard(g, err)
+	switch {
+	case err == nil:
 		r.deletedAt = append(r.deletedAt, now)
+		n.rp = nil
 		r.delete(n, t, now)
+	case after.Kind == decide.Transition: // held by a breaker: on-call decides, or the breaker closes
+		n.rp.state, n.rp.since, n.rp.heldBy = after.To, now, decide.HeldByBreaker
+		r.hold(n, t, strings.TrimSuffix(err.Error(), ": "+decide.ErrHeldByBreaker.Error()))
+	case errors.Is(err, decide.ErrBudgetExceeded):
+		r.hold(n, t, fmt.Sprintf("deletions budget: %d per hour used", r.sc.Parameters.DeletionsPerHour))
+		n.state = stateBudget
 	}
 }
 
@@ -1016,6 +1069,10 @@ func hasTruth(n *simNode, t Truth) bool {
 
 func (r *replay) finish() {
 	for _, n := range r.nodes {
+		if n.rp != nil {
+			r.out.Open = append(r.out.Open, OpenRepair{Node: n.name, State: string(n.rp.state), HeldBy: n.rp.heldBy,
+				Waiting: n.state == stateBudget})
+		}
 		r.endPause(n, r.end, "still held at the end")
 		if hasTruth(n, TruthBroken) {
 			r.out.Unrepaired = append(r.out.Unrepaired, Unrepaired{Node: n.name, BrokenSince: fmtOffset(n.brokenSince.Sub(r.t0)),

@@ -82,6 +82,10 @@ type Parameters struct {
 	// (drain, terminate, launch, driver initialisation; default 10 min).
 	// Until then the old machine is still there and still reports.
 	ReplaceDuration time.Duration
+	// ApprovalTTL is how long fleetrepair's repairs wait for on-call
+	// approval before they expire (nobody approves in a simulation;
+	// default 24h, repair.Config.ApprovalTTL's).
+	ApprovalTTL time.Duration
 	// HaltRollouts makes fleetrepair's run skip change steps that would
 	// spread a value whose breaker is open (default true).
 	HaltRollouts bool
@@ -389,6 +393,7 @@ func load(read func(string) ([]byte, error), name, expected string) (*Scenario, 
 
 func parseParameters(m map[string]any, p *Parameters) error {
 	p.DeletionsPerHour, p.Tick, p.HaltRollouts, p.ReplaceDuration = 10, 30*time.Second, true, 10*time.Minute
+	p.ApprovalTTL = 24 * time.Hour
 	var err error
 	for k, v := range m {
 		switch k {
@@ -400,6 +405,8 @@ func parseParameters(m map[string]any, p *Parameters) error {
 			p.Tick, err = parseOffset(v)
 		case "end":
 			p.End, err = parseOffset(v)
+		case "approval_ttl":
+			p.ApprovalTTL, err = parseOffset(v)
 		case "replace_duration":
 			p.ReplaceDuration, err = parseOffset(v)
 		case "halt_rollouts":
@@ -422,6 +429,9 @@ func parseParameters(m map[string]any, p *Parameters) error {
 	}
 	if p.DeletionsPerHour < 0 {
 		return errors.New("parameters.deletions_per_hour: must be >= 0")
+	}
+	if p.ApprovalTTL <= 0 {
+		return errors.New("parameters.approval_ttl: must be positive")
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -138,8 +139,11 @@ func TestBeginDeletionChecks(t *testing.T) {
 	errTripped := errors.New("breaker zone=us-east-1a tripped")
 	var seen store.DeletionBudget
 	_, err := s.BeginDeletion(ctx, r.ID, ledger.Tolerating, "controller", "", t0,
-		func(_ context.Context, got store.Repair, b store.DeletionBudget) error {
+		func(got store.Repair, b store.DeletionBudget, breakerState json.RawMessage) error {
 			seen = b
+			if breakerState != nil {
+				return fmt.Errorf("guard got breaker state %s, none was saved", breakerState)
+			}
 			if got.ID != r.ID {
 				return fmt.Errorf("guard got repair %d", got.ID)
 			}
@@ -215,5 +219,33 @@ func TestBeginDeletionRace(t *testing.T) {
 		if n != 1 {
 			t.Fatalf("round %d: %d repairs in deleting, want 1", round, n)
 		}
+	}
+}
+
+// TestBeginDeletionGuardSeesBreakerState: the guards get the saved breaker
+// state read through the guard transaction itself, so they are pure checks
+// on values and no second connection is used while the budget row is locked.
+func TestBeginDeletionGuardSeesBreakerState(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := open(t)
+	r := tolerating(t, s, "a", "gpu", false, t0)
+	doc := json.RawMessage(`{"killSwitch":{"on":true}}`)
+	if err := s.SaveBreakerState(ctx, doc, 0, nil, t0); err != nil {
+		t.Fatal(err)
+	}
+	var seen json.RawMessage
+	calls := 0
+	out, err := s.BeginDeletion(ctx, r.ID, ledger.Tolerating, "controller", "guards passed", t0,
+		func(_ store.Repair, _ store.DeletionBudget, st json.RawMessage) error { calls++; seen = st; return nil },
+		func(_ store.Repair, _ store.DeletionBudget, st json.RawMessage) error { calls++; return nil })
+	if err != nil || out.State != ledger.Deleting {
+		t.Fatalf("BeginDeletion = %s, %v; want deleting", out.State, err)
+	}
+	var got, want map[string]any
+	_ = json.Unmarshal(seen, &got)
+	_ = json.Unmarshal(doc, &want)
+	if calls != 2 || fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("guards called %d times, saw breaker state %s; want 2 calls seeing %s", calls, seen, doc)
 	}
 }

@@ -188,14 +188,17 @@ func (s *Store) UpsertNodeMeta(ctx context.Context, n Node, now time.Time) (Node
 	return out, nil
 }
 
-func scanNode(row pgx.CollectableRow) (Node, error) {
+func scanNode(row pgx.CollectableRow) (Node, error) { return scanNodeWith(row) }
+
+// scanNodeWith scans nodeCols followed by the extra columns into extra.
+func scanNodeWith(row pgx.CollectableRow, extra ...any) (Node, error) {
 	var (
 		n        Node
 		hb       []byte
 		lastSeen *time.Time
 	)
-	err := row.Scan(&n.Cluster, &n.Name, &n.BootID, &n.DriverVersion, &n.KernelVersion, &n.AgentVersion,
-		&hb, &lastSeen, &n.NodePool, &n.Zone, &n.InstanceType, &n.NodeClaim, &n.CreatedAt, &n.UpdatedAt)
+	err := row.Scan(append([]any{&n.Cluster, &n.Name, &n.BootID, &n.DriverVersion, &n.KernelVersion, &n.AgentVersion,
+		&hb, &lastSeen, &n.NodePool, &n.Zone, &n.InstanceType, &n.NodeClaim, &n.CreatedAt, &n.UpdatedAt}, extra...)...)
 	if err != nil {
 		return n, err
 	}

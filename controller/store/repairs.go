@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fleetrepair/fleetrepair/agent/finding"
+	"github.com/fleetrepair/fleetrepair/controller/decide"
 	"github.com/fleetrepair/fleetrepair/controller/ledger"
 )
 
@@ -308,12 +310,12 @@ func transition(ctx context.Context, tx pgx.Tx, t TransitionRequest, now time.Ti
 	return out, nil
 }
 
-// Budget names in a BudgetExceededError.
+// Budget names in a BudgetExceededError (controller/decide's).
 const (
-	BudgetDeletionsPerHour       = "deletions_per_hour"
-	BudgetMaxInFlightPerNodePool = "max_in_flight_per_nodepool"
+	BudgetDeletionsPerHour       = decide.BudgetDeletionsPerHour
+	BudgetMaxInFlightPerNodePool = decide.BudgetMaxInFlightPerNodePool
 	// BudgetNodePoolDeletionsPerHour: deletions in the NodePool in the last hour.
-	BudgetNodePoolDeletionsPerHour = "nodepool_deletions_per_hour"
+	BudgetNodePoolDeletionsPerHour = decide.BudgetNodePoolDeletionsPerHour
 )
 
 // DeletionBudget is the state of a cluster's deletion budgets as
@@ -355,40 +357,51 @@ type BudgetExceededError struct {
 }
 
 func (e *BudgetExceededError) Error() string {
-	switch e.Budget {
-	case BudgetDeletionsPerHour:
-		return fmt.Sprintf("cluster %s: %d deletions in the last hour, budget %d per hour: %v",
-			e.Cluster, e.DeletionsLastHour, e.DeletionsPerHour, ErrBudgetExceeded)
-	case BudgetNodePoolDeletionsPerHour:
-		return fmt.Sprintf("cluster %s nodepool %q: %d deletions in the last hour, budget %d per hour: %v",
-			e.Cluster, e.NodePool, e.NodePoolDeletionsLastHour, e.NodePoolDeletionsPerHour, ErrBudgetExceeded)
-	default:
-		return fmt.Sprintf("cluster %s nodepool %q: %d deletions in flight, budget %d: %v",
-			e.Cluster, e.NodePool, e.InFlight, e.MaxInFlightPerNodePool, ErrBudgetExceeded)
+	detail := e.Budget
+	if ex := e.budget().Allows(e.counts()); ex != nil && ex.Budget == e.Budget {
+		detail = ex.Detail
 	}
+	return detail + ": " + ErrBudgetExceeded.Error()
+}
+
+func (b DeletionBudget) budget() decide.Budget {
+	return decide.Budget{DeletionsPerHour: b.DeletionsPerHour, MaxInFlightPerNodePool: b.MaxInFlightPerNodePool,
+		NodePoolDeletionsPerHour: b.NodePoolDeletionsPerHour}
+}
+
+func (b DeletionBudget) counts() decide.Counts {
+	return decide.Counts{Cluster: b.Cluster, NodePool: b.NodePool, DeletionsLastHour: b.DeletionsLastHour,
+		InFlight: b.InFlight, NodePoolDeletionsLastHour: b.NodePoolDeletionsLastHour}
 }
 
 // Is makes errors.Is(err, ErrBudgetExceeded) true.
 func (e *BudgetExceededError) Is(target error) bool { return target == ErrBudgetExceeded }
 
-// DeletionGuard is a last check inside BeginDeletion's transaction, run after
-// the budgets passed while the cluster's budget row is locked (no other
-// deletion in the cluster is being decided meanwhile): re-check breakers and
-// opt-outs here (DESIGN.md, decision 7). A non-nil error aborts the deletion,
-// writes nothing, and is returned wrapped.
-type DeletionGuard func(ctx context.Context, r Repair, b DeletionBudget) error
+// DeletionGuard is a last check of BeginDeletion, run after the budgets
+// passed while the cluster's budget row is locked (no other deletion in the
+// cluster is being decided meanwhile). It must be a pure check on values:
+// no I/O under the lock. It receives the repair as locked, the budget
+// numbers, and the saved breaker state document read through the same
+// transaction (nil when none was ever saved; see BreakerState); whatever
+// else it needs (a Node list) the caller gathers before BeginDeletion. A
+// non-nil error aborts the deletion, writes nothing, and is returned
+// wrapped.
+type DeletionGuard func(r Repair, b DeletionBudget, breakerState json.RawMessage) error
 
 // BeginDeletion is the guard transaction of DESIGN.md decision 7. In one
 // transaction it locks the cluster's budget row, checks that repair id is
 // still in state from (else ErrConflict) and that from -> deleting is allowed,
 // counts the repairs of the cluster that entered deleting in the last hour
-// (against deletions_per_hour) and those of the repair's NodePool now in
-// deleting (against max_in_flight_per_nodepool), runs the guards, and only
-// then moves the repair to deleting with an audit entry whose detail holds
-// the numbers. A spent budget returns a *BudgetExceededError
-// (ErrBudgetExceeded) and writes nothing. Deciders on other replicas
-// serialize on the lock, so two deletions cannot both take the last unit of
-// a budget.
+// (against deletions_per_hour), those of the repair's NodePool now in
+// deleting (against max_in_flight_per_nodepool) and those of the NodePool
+// that entered deleting in the last hour (against
+// nodepool_deletions_per_hour), decided by decide.Budget.Allows; reads the
+// breaker state through the same transaction; runs the guards (pure checks,
+// see DeletionGuard), and only then moves the repair to deleting with an
+// audit entry whose detail holds the numbers. A spent budget returns a
+// *BudgetExceededError (ErrBudgetExceeded) and writes nothing. Deciders on
+// other replicas serialize on the lock, so two deletions cannot both take
+// the last unit of a budget.
 func (s *Store) BeginDeletion(ctx context.Context, id int64, from ledger.State, actor, reason string, now time.Time, guards ...DeletionGuard) (Repair, error) {
 	if err := ledger.Check(from, ledger.Deleting); err != nil {
 		return Repair{}, fmt.Errorf("begin deletion of repair %d: %w", id, &dbError{kind: ErrInvalid, err: err})
@@ -424,17 +437,19 @@ func (s *Store) BeginDeletion(ctx context.Context, id int64, from ledger.State, 
 		if err := tx.QueryRow(ctx, sqlNodePoolDeletionsSince, cluster, cur.NodePool, now.Add(-time.Hour), cur.DryRun).Scan(&b.NodePoolDeletionsLastHour); err != nil {
 			return err
 		}
-		switch {
-		case b.DeletionsLastHour >= b.DeletionsPerHour:
-			return &BudgetExceededError{RepairID: id, Budget: BudgetDeletionsPerHour, DeletionBudget: b}
-		case b.InFlight >= b.MaxInFlightPerNodePool:
-			return &BudgetExceededError{RepairID: id, Budget: BudgetMaxInFlightPerNodePool, DeletionBudget: b}
-		case b.NodePoolDeletionsLastHour >= b.NodePoolDeletionsPerHour:
-			return &BudgetExceededError{RepairID: id, Budget: BudgetNodePoolDeletionsPerHour, DeletionBudget: b}
+		if ex := b.budget().Allows(b.counts()); ex != nil {
+			return &BudgetExceededError{RepairID: id, Budget: ex.Budget, DeletionBudget: b}
 		}
-		for _, g := range guards {
-			if err := g(ctx, cur, b); err != nil {
-				return fmt.Errorf("guard: %w", err)
+		if len(guards) > 0 {
+			var doc []byte
+			err := tx.QueryRow(ctx, sqlGetBreakerState).Scan(&doc, new(int64))
+			if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+				return err
+			}
+			for _, g := range guards {
+				if err := g(cur, b, doc); err != nil {
+					return fmt.Errorf("guard: %w", err)
+				}
 			}
 		}
 		out, err = transition(ctx, tx, TransitionRequest{

@@ -26,6 +26,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fleetrepair/fleetrepair/controller/decide"
 )
 
 // Store is a pool of connections to the controller's database. It is safe
@@ -86,7 +88,7 @@ var (
 	ErrInvalid = errors.New("invalid")
 	// ErrBudgetExceeded: a deletion budget of the cluster is spent; the error
 	// is a *BudgetExceededError carrying the numbers.
-	ErrBudgetExceeded = errors.New("repair budget exceeded")
+	ErrBudgetExceeded = decide.ErrBudgetExceeded
 )
 
 // dbError is a database error classified as one of the sentinel errors; it

@@ -13,8 +13,8 @@
 //
 // The binaries are looked up in KUBEBUILDER_ASSETS when it is set, else in
 // .tools/kube under the fleetrepair module root. When they are absent the
-// test is skipped with a message naming `make kube-tools`; that is the only
-// reason a test using this package skips. Starting one environment takes
+// test fails with a message naming `make kube-tools` (no silent skip: make
+// test needs them, and .ci/run builds them). Starting one environment takes
 // 3–4 s on an idle machine and about 300 MiB of memory.
 package envtest
 
@@ -91,8 +91,8 @@ type Env struct {
 }
 
 // Start starts one cluster and stops it when the test ends (t.Cleanup). It
-// skips the test when the binaries are absent and fails it when the cluster
-// does not start.
+// fails the test when the binaries are absent (naming `make kube-tools`) or
+// when the cluster does not start.
 func Start(t testing.TB, o Options) *Env {
 	t.Helper()
 	return StartN(t, 1, o)[0]
@@ -104,7 +104,7 @@ func StartN(t testing.TB, n int, o Options) []*Env {
 	t.Helper()
 	dir, err := AssetsDir()
 	if err != nil {
-		t.Skipf("skip: no kube-apiserver and etcd to start (%v); build them with `make kube-tools`", err)
+		t.Fatalf("no kube-apiserver and etcd to start (%v): build them with `make kube-tools` (make test needs them; .ci/run builds them)", err)
 	}
 	envs := make([]*Env, n)
 	errs := make([]error, n)
@@ -250,7 +250,7 @@ func AssetsDir() (string, error) {
 
 // Tool returns the path of another binary `make kube-tools` builds (helm)
 // from the folder kube-apiserver is found in, else from .tools/kube, and
-// skips the test, naming `make kube-tools`, when there is none.
+// fails the test, naming `make kube-tools`, when there is none.
 func Tool(t testing.TB, name string) string {
 	t.Helper()
 	var dirs []string
@@ -266,7 +266,7 @@ func Tool(t testing.TB, name string) string {
 			return path
 		}
 	}
-	t.Skipf("skip: no %s in %v; build it with `make kube-tools`", name, dirs)
+	t.Fatalf("no %s in %v: build it with `make kube-tools` (make test needs it; .ci/run builds it)", name, dirs)
 	return ""
 }
 

@@ -88,12 +88,13 @@ func valuesFile(t *testing.T, values string) string {
 	return path
 }
 
-// render runs `helm template` on the chart with values and returns the
-// objects, in helm's order, or helm's error.
-func render(t *testing.T, values string) ([]*unstructured.Unstructured, error) {
+// render runs `helm template` on the chart with values (and extra helm
+// flags, such as --api-versions) and returns the objects, in helm's order,
+// or helm's error.
+func render(t *testing.T, values string, extra ...string) ([]*unstructured.Unstructured, error) {
 	t.Helper()
-	out, err := helm(t, "template", release, chartDir(t), "--namespace", namespace,
-		"--kube-version", kubeVersion, "--values", valuesFile(t, values))
+	out, err := helm(t, append([]string{"template", release, chartDir(t), "--namespace", namespace,
+		"--kube-version", kubeVersion, "--values", valuesFile(t, values)}, extra...)...)
 	if err != nil {
 		return nil, err
 	}

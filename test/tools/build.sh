@@ -9,6 +9,9 @@
 #   etcd            go.etcd.io/etcd/server/v3 v3.6.16 (module test/tools/etcd)
 #   helm            helm.sh/helm/v3 v3.22.0 (module test/tools/helm), for the
 #                   chart test's `helm template` and `helm lint`
+#   promtool        github.com/prometheus/prometheus v0.316.0 (Prometheus
+#                   v3.16.0; module test/tools/promtool), for the alert
+#                   tests' `promtool check rules` and `promtool test rules`
 #
 # test/envtest starts kube-apiserver and etcd from OUT_DIR (it is a
 # KUBEBUILDER_ASSETS folder). Everything comes through the Go module proxy;
@@ -21,7 +24,7 @@
 # matches is left alone. A binary is written under a temporary name and
 # renamed, and its stamp written last, so an interrupted build is redone.
 #
-# Cold (empty module and build caches) the three take about 1,070 CPU-seconds,
+# Cold (empty module and build caches) the first three take about 1,070 CPU-seconds,
 # three quarters of it kube-apiserver, and peak at 1.7 GiB of memory while
 # linking kube-apiserver: 17.5 minutes on a 2-core machine shared with other
 # builds (see README.md). Warm, the script takes well under a second.
@@ -67,5 +70,9 @@ build etcd etcd go.etcd.io/etcd/server/v3 ""
 h=helm.sh/helm/v3
 build helm helm $h/cmd/helm \
 	"-X $h/internal/version.version=v3.22.0 -X $h/internal/version.gitTreeState=clean -X $h/pkg/chartutil.k8sVersionMajor=1 -X $h/pkg/chartutil.k8sVersionMinor=37 -X $h/pkg/lint/rules.k8sVersionMajor=1 -X $h/pkg/lint/rules.k8sVersionMinor=37"
+
+pv=github.com/prometheus/common/version
+build promtool promtool github.com/prometheus/prometheus/cmd/promtool \
+	"-X $pv.Version=3.16.0 -X $pv.Branch=release-3.16"
 
 echo "kube-tools: $out ready"

@@ -72,6 +72,11 @@ type Config struct {
 	// per-agent and token verification rates, shadow reports at once,
 	// security_audit rows per minute); zero fields take the defaults.
 	Limits Limits
+
+	// ApprovalTTL is how long a held repair waits for a decision before it
+	// expires (the reconciler's repair.Config.ApprovalTTL; default 24h),
+	// shown as each held repair's expiry.
+	ApprovalTTL time.Duration
 }
 
 type server struct {
@@ -82,8 +87,16 @@ type server struct {
 	guards   *guards
 }
 
-// Handler returns the HTTP handler with every route.
+// Handler returns the HTTP handler with every route (New(cfg).Handler()).
 func Handler(cfg Config) (http.Handler, error) {
+	sv, err := New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return sv.Handler(), nil
+}
+
+func newServer(cfg Config) (*server, error) {
 	if cfg.Store == nil || cfg.Catalog == nil {
 		return nil, errors.New("new api handler: Store and Catalog are required")
 	}
@@ -104,7 +117,7 @@ func Handler(cfg Config) (http.Handler, error) {
 		guards: newGuards(cfg.Limits),
 	}
 	if cfg.Registerer != nil {
-		for _, c := range append([]prometheus.Collector{s.reports, s.findings}, s.guards.collectors()...) {
+		for _, c := range append([]prometheus.Collector{s.reports, s.findings, newGauges(s)}, s.guards.collectors()...) {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("register api metrics: %w", err)
 			}
@@ -113,6 +126,11 @@ func Handler(cfg Config) (http.Handler, error) {
 	for _, c := range cfg.Clusters {
 		s.clusters[c] = true
 	}
+	return s, nil
+}
+
+func (s *server) routes() http.Handler {
+	cfg := s.cfg
 	r := chi.NewRouter()
 	r.Use(middleware.RequestID, middleware.Recoverer, middleware.ClientIPFromRemoteAddr, securityHeaders)
 	r.Get("/livez", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
@@ -125,7 +143,11 @@ func Handler(cfg Config) (http.Handler, error) {
 		r.Get("/repairs/{id}", s.getRepair)
 		r.With(sameOriginJSON).Post("/repairs/{id}/approve", s.decide(ledger.Approved))
 		r.With(sameOriginJSON).Post("/repairs/{id}/reject", s.decide(ledger.Rejected))
+		r.Get("/nodes", s.listNodes)
 		r.Get("/nodes/{cluster}/{node}", s.getNode)
+		r.Get("/fleet", s.getFleet)
+		r.Get("/approvals", s.getApprovals)
+		r.Get("/stats", s.getStats)
 		r.Get("/reasons", s.reasons)
 		r.Get("/clusters", s.listClusters)
 		r.Get("/breakers", s.getBreakers)
@@ -139,7 +161,7 @@ func Handler(cfg Config) (http.Handler, error) {
 	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusMethodNotAllowed, "method not allowed: "+r.Method+" "+r.URL.Path, "", nil)
 	})
-	return r, nil
+	return r
 }
 
 // ErrorBody is the one error envelope of the API.
@@ -370,27 +392,10 @@ func (s *server) getRepair(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid repair id", chi.URLParam(r, "id"), nil)
 		return
 	}
-	rp, err := s.cfg.Store.GetRepair(r.Context(), id)
+	out, err := (&Service{s: s}).RepairDetail(r.Context(), id)
 	if err != nil {
-		s.writeStoreError(w, r, err)
+		s.writeErr(w, r, err)
 		return
-	}
-	audit, err := s.cfg.Store.RepairAudit(r.Context(), id)
-	if err != nil {
-		s.writeStoreError(w, r, err)
-		return
-	}
-	fs, err := s.cfg.Store.RepairFindings(r.Context(), id)
-	if err != nil {
-		s.writeStoreError(w, r, err)
-		return
-	}
-	out := RepairDetail{Repair: toRepair(rp), Audit: make([]AuditEntry, 0, len(audit)), Findings: fs}
-	for _, a := range audit {
-		out.Audit = append(out.Audit, toAudit(a))
-	}
-	if out.Findings == nil {
-		out.Findings = []finding.Finding{}
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -408,37 +413,10 @@ type NodeDetail struct {
 }
 
 func (s *server) getNode(w http.ResponseWriter, r *http.Request) {
-	cluster, name := chi.URLParam(r, "cluster"), chi.URLParam(r, "node")
-	n, err := s.cfg.Store.GetNode(r.Context(), cluster, name)
+	out, err := (&Service{s: s}).NodeDetail(r.Context(), chi.URLParam(r, "cluster"), chi.URLParam(r, "node"))
 	if err != nil {
-		s.writeStoreError(w, r, err)
+		s.writeErr(w, r, err)
 		return
-	}
-	ds, err := s.cfg.Store.DiagnosesForNode(r.Context(), cluster, name, 200)
-	if err != nil {
-		s.writeStoreError(w, r, err)
-		return
-	}
-	fs, err := s.cfg.Store.FindingsForNode(r.Context(), cluster, name, time.Time{}, 500)
-	if err != nil {
-		s.writeStoreError(w, r, err)
-		return
-	}
-	rs, _, err := s.cfg.Store.ListRepairs(r.Context(), store.RepairFilter{Cluster: cluster, Node: name, Limit: 100})
-	if err != nil {
-		s.writeStoreError(w, r, err)
-		return
-	}
-	out := NodeDetail{Node: toNode(n), Diagnoses: []Diagnosis{}, Findings: fs, Repairs: []Repair{}}
-	out.Health, out.HealthReason = s.health(n, ds)
-	if out.Findings == nil {
-		out.Findings = []finding.Finding{}
-	}
-	for _, d := range ds {
-		out.Diagnoses = append(out.Diagnoses, toDiagnosis(d))
-	}
-	for _, rp := range rs {
-		out.Repairs = append(out.Repairs, toRepair(rp))
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"strings"
 
 	"github.com/go-chi/chi/v5"
 
@@ -24,6 +23,10 @@ type DecisionRequest struct {
 // operator authenticates the caller as a human with at least role want,
 // answering 401/403 (audited) when not.
 func (s *server) operator(w http.ResponseWriter, r *http.Request, want auth.Role) (auth.Operator, bool) {
+	if op, ok := auth.OperatorFrom(r.Context()); ok && bearer(r) == "" {
+		// A dashboard login session (web/ui); the Service checks its role.
+		return op, true
+	}
 	op, err := s.cfg.Operators.Authenticate(bearer(r))
 	if err == nil && !op.Role.Allows(want) {
 		err = fmt.Errorf("operator %s has role %s, %s needs %s: %w", op.Name, op.Role, r.URL.Path, want, auth.ErrForbidden)
@@ -41,11 +44,8 @@ func (s *server) operator(w http.ResponseWriter, r *http.Request, want auth.Role
 	return op, true
 }
 
-// decide returns the handler moving an awaiting_approval repair to to
-// (approved or rejected). An approval does not delete anything by itself:
-// the reconciler re-validates the repair (node still unhealthy, NodeClaim
-// UID unchanged) and takes it through the budgets and breakers like any
-// other deletion.
+// decide returns the handler of POST /api/v1/repairs/{id}/approve|reject:
+// Service.Decide for the authenticated operator.
 func (s *server) decide(to ledger.State) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		op, ok := s.operator(w, r, auth.RoleApprover)
@@ -64,30 +64,21 @@ func (s *server) decide(to ledger.State) http.HandlerFunc {
 			writeError(w, http.StatusBadRequest, "malformed decision", err.Error()+` (want {"reason": "..."})`, nil)
 			return
 		}
-		if strings.TrimSpace(req.Reason) == "" {
-			writeError(w, http.StatusBadRequest, "invalid decision", "", []string{"reason: required (why you " + verb(to) + " this repair)"})
-			return
-		}
-		rp, err := s.cfg.Store.Transition(r.Context(), store.TransitionRequest{ID: id, From: ledger.AwaitingApproval, To: to,
-			Actor: "user:" + op.Name, Reason: req.Reason, Detail: map[string]any{"role": string(op.Role)}}, s.cfg.Now())
-		if errors.Is(err, store.ErrConflict) {
-			cur, gerr := s.cfg.Store.GetRepair(r.Context(), id)
-			detail := "the repair is no longer awaiting approval"
-			if gerr == nil {
-				detail = fmt.Sprintf("the repair is %s, not awaiting_approval", cur.State)
-			}
-			writeError(w, http.StatusConflict, "cannot "+verb(to)+" this repair", detail, nil)
-			return
-		}
+		rp, err := (&Service{s: s}).Decide(r.Context(), s.caller(r, op), id, to, req.Reason)
 		if err != nil {
-			s.writeStoreError(w, r, err)
+			s.writeErr(w, r, err)
 			return
 		}
-		if s.cfg.OnIngest != nil {
-			s.cfg.OnIngest(rp.Cluster, rp.Node) // let the reconciler act on the decision now
-		}
-		writeJSON(w, http.StatusOK, toRepair(rp))
+		writeJSON(w, http.StatusOK, rp)
 	}
+}
+
+func (s *server) caller(r *http.Request, op auth.Operator) Caller {
+	via := "api"
+	if bearer(r) == "" {
+		via = "dashboard"
+	}
+	return Caller{Operator: op, Via: via, RemoteAddr: r.RemoteAddr}
 }
 
 func verb(to ledger.State) string {

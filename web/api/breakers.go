@@ -1,15 +1,13 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 
 	"github.com/fleetrepair/fleetrepair/controller/auth"
 	"github.com/fleetrepair/fleetrepair/controller/breaker"
-	"github.com/fleetrepair/fleetrepair/controller/store"
 )
 
 // BreakerView is the body of GET /api/v1/breakers: the current state (open
@@ -45,8 +43,8 @@ type BreakerRequest struct {
 	Reason string `json:"reason"`
 }
 
-func (s *server) loadBreakers(r *http.Request) (breaker.State, int64, error) {
-	doc, v, err := s.cfg.Store.BreakerState(r.Context())
+func (s *server) loadBreakers(ctx context.Context) (breaker.State, int64, error) {
+	doc, v, err := s.cfg.Store.BreakerState(ctx)
 	if err != nil || doc == nil {
 		return breaker.State{}, v, err
 	}
@@ -57,28 +55,36 @@ func (s *server) loadBreakers(r *http.Request) (breaker.State, int64, error) {
 	return st, v, nil
 }
 
-func (s *server) getBreakers(w http.ResponseWriter, r *http.Request) {
-	st, _, err := s.loadBreakers(r)
+// Breakers returns the breaker state and the newest 100 decisions (GET /api/v1/breakers).
+func (sv *Service) Breakers(ctx context.Context) (BreakerView, error) {
+	st, _, err := sv.s.loadBreakers(ctx)
 	if err != nil {
-		s.writeStoreError(w, r, err)
-		return
+		return BreakerView{}, err
 	}
-	ds, err := s.cfg.Store.BreakerDecisions(r.Context(), 100)
+	ds, err := sv.s.cfg.Store.BreakerDecisions(ctx, 100)
 	if err != nil {
-		s.writeStoreError(w, r, err)
-		return
+		return BreakerView{}, err
 	}
 	out := BreakerView{State: st, Decisions: []BreakerDecision{}}
 	for _, d := range ds {
 		out.Decisions = append(out.Decisions, BreakerDecision{ID: d.ID, At: d.At.Format("2006-01-02T15:04:05Z07:00"), Scope: d.Scope,
 			Cohort: d.Cohort, From: d.From, To: d.To, Cause: d.Cause, Actor: d.Actor, Message: d.Message, HaltRollout: d.HaltRollout, Evidence: d.Evidence})
 	}
+	return out, nil
+}
+
+func (s *server) getBreakers(w http.ResponseWriter, r *http.Request) {
+	out, err := (&Service{s: s}).Breakers(r.Context())
+	if err != nil {
+		s.writeErr(w, r, err)
+		return
+	}
 	writeJSON(w, http.StatusOK, out)
 }
 
 // breakerAction returns the handler of an admin breaker action: resume a
-// cohort, or switch every repair off/on. The change is saved
-// compare-and-set with its decision in the breaker audit.
+// cohort (Service.Resume), or switch every repair off/on
+// (Service.SetKillSwitch).
 func (s *server) breakerAction(kill bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		op, ok := s.operator(w, r, auth.RoleAdmin)
@@ -92,61 +98,23 @@ func (s *server) breakerAction(kill bool) http.HandlerFunc {
 			writeError(w, http.StatusBadRequest, "malformed request", err.Error(), nil)
 			return
 		}
-		var problems []string
-		if strings.TrimSpace(req.Reason) == "" {
-			problems = append(problems, "reason: required")
+		sv := &Service{s: s}
+		var (
+			st  breaker.State
+			err error
+		)
+		switch {
+		case kill && req.On == nil:
+			err = badRequest("invalid request", "on: required (true stops every repair, false resumes them)")
+		case kill:
+			st, err = sv.SetKillSwitch(r.Context(), s.caller(r, op), *req.On, req.Reason)
+		default:
+			st, err = sv.Resume(r.Context(), s.caller(r, op), req.Cohort, req.Reason)
 		}
-		if kill && req.On == nil {
-			problems = append(problems, "on: required (true stops every repair, false resumes them)")
-		}
-		if !kill && req.Cohort == "" {
-			problems = append(problems, `cohort: required (e.g. "zone=us-east-1a", or "fleet")`)
-		} else if !kill && req.Cohort != breaker.FleetScope {
-			if _, err := breaker.ParseCohort(req.Cohort); err != nil {
-				problems = append(problems, fmt.Sprintf("cohort: %v (want key=value, e.g. zone=us-east-1a, or %q)", err, breaker.FleetScope))
-			}
-		}
-		if len(problems) > 0 {
-			writeError(w, http.StatusBadRequest, "invalid request", "", problems)
+		if err != nil {
+			s.writeErr(w, r, err)
 			return
 		}
-		actor := "user:" + op.Name
-		for attempt := 0; attempt < 5; attempt++ {
-			st, v, err := s.loadBreakers(r)
-			if err != nil {
-				s.writeStoreError(w, r, err)
-				return
-			}
-			var d breaker.Decision
-			if kill {
-				st, d = breaker.SetKillSwitch(st, *req.On, actor, req.Reason, s.cfg.Now())
-			} else if st, d, err = breaker.Resume(st, req.Cohort, actor, req.Reason, s.cfg.Now()); err != nil {
-				status := http.StatusBadRequest
-				if errors.Is(err, breaker.ErrNotOpen) {
-					status = http.StatusConflict
-				}
-				writeError(w, status, "cannot resume "+req.Cohort, err.Error(), nil)
-				return
-			}
-			doc, err := json.Marshal(st)
-			if err != nil {
-				s.writeStoreError(w, r, err)
-				return
-			}
-			ev, _ := json.Marshal(d.Evidence)
-			err = s.cfg.Store.SaveBreakerState(r.Context(), doc, v, []store.BreakerDecision{{At: d.At, Scope: string(d.Scope),
-				Cohort: d.Cohort, From: string(d.From), To: string(d.To), Cause: string(d.Cause), Actor: d.Actor,
-				Message: d.Message, HaltRollout: d.HaltRollout, Evidence: ev}}, s.cfg.Now())
-			if errors.Is(err, store.ErrConflict) {
-				continue // the controller evaluated meanwhile: apply to the new state
-			}
-			if err != nil {
-				s.writeStoreError(w, r, err)
-				return
-			}
-			writeJSON(w, http.StatusOK, st)
-			return
-		}
-		writeError(w, http.StatusConflict, "breaker state kept changing", "retry", nil)
+		writeJSON(w, http.StatusOK, st)
 	}
 }

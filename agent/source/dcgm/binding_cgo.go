@@ -23,9 +23,9 @@ type client struct {
 func (c *client) Connect() error {
 	if _, err := godcgm.Init(godcgm.Standalone, c.addr, "0"); err != nil {
 		if strings.Contains(err.Error(), "not found") && strings.Contains(err.Error(), "libdcgm") {
-			return fmt.Errorf("dcgm init: %v: %w", err, ErrLibraryNotFound)
+			return fmt.Errorf("dcgm init: %v (the agent image carries libdcgm for one DCGM major version: use the image variant of the host engine's): %w", err, ErrLibraryNotFound)
 		}
-		return fmt.Errorf("dcgm init: %w", err)
+		return fmt.Errorf("dcgm init: connect to nv-hostengine at %s (--dcgm-address): %w", c.addr, err)
 	}
 	return nil
 }

@@ -41,7 +41,16 @@ func retErr(op string, r gonvml.Return) error {
 	return fmt.Errorf("%s: NVML return code %s", op, strconv.Itoa(int(r)))
 }
 
-func (l *library) Init() error     { return retErr("nvml init", l.nvml.Init()) }
+// Init loads and initialises NVML. When libnvidia-ml.so.1 cannot be
+// loaded, the error says where it comes from in a container, so the
+// monitor's state tells the operator what to fix.
+func (l *library) Init() error {
+	r := l.nvml.Init()
+	if r == gonvml.ERROR_LIBRARY_NOT_FOUND {
+		return fmt.Errorf("nvml init: libnvidia-ml.so.1 could not be loaded (in a pod it comes from the host driver through the NVIDIA container toolkit: runtimeClassName nvidia, NVIDIA_DRIVER_CAPABILITIES=utility): %w", ErrLibraryNotFound)
+	}
+	return retErr("nvml init", r)
+}
 func (l *library) Shutdown() error { return retErr("nvml shutdown", l.nvml.Shutdown()) }
 
 func (l *library) DriverVersion() (string, error) {

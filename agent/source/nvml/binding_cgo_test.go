@@ -3,11 +3,15 @@
 package nvml
 
 import (
+	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
+
+	"github.com/fleetrepair/fleetrepair/agent/finding"
 )
 
 // TestBinding drives the go-nvml adapter with go-nvml's own mock: return
@@ -72,5 +76,25 @@ func TestBinding(t *testing.T) {
 		if err := retErr("op", r); !errors.Is(err, want) {
 			t.Errorf("retErr(%d) = %v, want %v", r, err, want)
 		}
+	}
+}
+
+// TestInitLibraryNotFound: when go-nvml cannot load libnvidia-ml, the
+// monitor's state says so and where the library comes from in a pod.
+func TestInitLibraryNotFound(t *testing.T) {
+	t.Parallel()
+	lib := newLibrary(&mock.Interface{InitFunc: func() gonvml.Return { return gonvml.ERROR_LIBRARY_NOT_FOUND }})
+	err := lib.Init()
+	if !errors.Is(err, ErrLibraryNotFound) {
+		t.Fatalf("Init() = %v, want ErrLibraryNotFound", err)
+	}
+	for _, want := range []string{"libnvidia-ml.so.1", "runtimeClassName nvidia", "NVIDIA_DRIVER_CAPABILITIES=utility"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Init() = %q, want it to name %q", err, want)
+		}
+	}
+	res := New(Options{Library: lib, ExpectGPUs: true}).Check(context.Background())
+	if res.State != finding.StateUnknown || !strings.Contains(res.Reason, "runtimeClassName nvidia") {
+		t.Errorf("Check on a GPU node without the library = %s %q, want unknown saying why", res.State, res.Reason)
 	}
 }

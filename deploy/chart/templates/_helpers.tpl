@@ -45,12 +45,40 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- default (include "fleetrepair.agent.name" .) .Values.agent.serviceAccount.name -}}
 {{- end -}}
 
+{{/* Images: repository@digest when a digest pins it, else repository:tag
+(the agent's tag carries its DCGM variant). */}}
 {{- define "fleetrepair.controller.image" -}}
-{{- printf "%s:%s" .Values.controller.image.repository (default .Chart.AppVersion .Values.controller.image.tag) -}}
+{{- with .Values.controller.image -}}
+{{- if .digest -}}{{ printf "%s@%s" .repository .digest }}{{- else -}}{{ printf "%s:%s" .repository (default $.Chart.AppVersion .tag) }}{{- end -}}
+{{- end -}}
 {{- end -}}
 
 {{- define "fleetrepair.agent.image" -}}
-{{- printf "%s:%s" .Values.agent.image.repository (default .Chart.AppVersion .Values.agent.image.tag) -}}
+{{- with .Values.agent.image -}}
+{{- $tag := default $.Chart.AppVersion .tag -}}
+{{- if .variant -}}{{- $tag = printf "%s-%s" $tag .variant -}}{{- end -}}
+{{- if .digest -}}{{ printf "%s@%s" .repository .digest }}{{- else -}}{{ printf "%s:%s" .repository $tag }}{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* fleetrepair.agent.dcgmAddress is nv-hostengine's address, "" when the
+DCGM monitors are off. */}}
+{{- define "fleetrepair.agent.dcgmAddress" -}}
+{{- $d := .Values.agent.dcgm -}}
+{{- if $d.address -}}{{ $d.address }}
+{{- else if eq $d.mode "service" -}}{{ $d.serviceAddress }}
+{{- else if eq $d.mode "local" -}}127.0.0.1:5555
+{{- end -}}
+{{- end -}}
+
+{{/* fleetrepair.tlsSecret is the Secret holding the controller's serving
+certificate (tls.crt, tls.key, ca.crt). */}}
+{{- define "fleetrepair.tlsSecret" -}}
+{{- if .Values.controller.tls.certManager.enabled -}}
+{{- printf "%s-tls" (include "fleetrepair.controller.name" .) -}}
+{{- else -}}
+{{- required "controller.tls.existingSecret (or controller.tls.certManager.enabled) is required with controller.tls.enabled" .Values.controller.tls.existingSecret -}}
+{{- end -}}
 {{- end -}}
 
 {{/* fleetrepair.databaseEnv is the DATABASE_URL variable, from the Secret. */}}
@@ -80,7 +108,7 @@ else this release's controller Service. */}}
 {{- if .Values.agent.controllerURL -}}
 {{- .Values.agent.controllerURL -}}
 {{- else if .Values.controller.enabled -}}
-{{- printf "http://%s.%s.svc:%v" (include "fleetrepair.controller.name" .) .Release.Namespace .Values.controller.service.port -}}
+{{- printf "%s://%s.%s.svc:%v" (ternary "https" "http" .Values.controller.tls.enabled) (include "fleetrepair.controller.name" .) .Release.Namespace .Values.controller.service.port -}}
 {{- else -}}
 {{- fail "agent.controllerURL is required when controller.enabled is false: the URL of the controller serving this cluster" -}}
 {{- end -}}

@@ -1,0 +1,136 @@
+package conformance
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
+	"github.com/fleetrepair/fleetrepair/controller/breaker"
+	"github.com/fleetrepair/fleetrepair/controller/diagnose"
+	"github.com/fleetrepair/fleetrepair/controller/kube"
+	"github.com/fleetrepair/fleetrepair/controller/ledger"
+	"github.com/fleetrepair/fleetrepair/controller/repair"
+	"github.com/fleetrepair/fleetrepair/controller/store"
+	"github.com/fleetrepair/fleetrepair/test/karpentersim"
+)
+
+// TestLive runs the rules through the live reconciler: a real PostgreSQL,
+// the controller-runtime fake client with the simulated Karpenter (which
+// replaces a deleted NodeClaim at once), and a fake clock stepped one
+// resync at a time. Each pass is what the controller does: the reports due
+// are ingested and their nodes reconciled (the ingest trigger), then the
+// periodic pass evaluates the breakers and reconciles every node that ever
+// reported (as their heartbeats would trigger).
+func TestLive(t *testing.T) { conform(t, live) }
+
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *fakeClock) Set(t time.Time) {
+	c.mu.Lock()
+	c.t = t
+	c.mu.Unlock()
+}
+
+func live(t *testing.T, c Case) map[string]Outcome {
+	t.Helper()
+	ctx := context.Background()
+	st := storedFleet(t, c)
+	cl := fake.NewClientBuilder().WithScheme(kube.Scheme).WithStatusSubresource(&corev1.Node{}, &karpv1.NodeClaim{}).Build()
+	sim := karpentersim.New(cl, 0)
+	for _, p := range c.Pools {
+		if err := sim.CreateNodePool(ctx, p.Name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range c.nodes() {
+		if err := sim.CreateNode(ctx, karpentersim.NodeSpec{Name: n.name, NodePool: n.pool, Zone: n.zone, InstanceType: "p5.48xlarge", GPUs: 8}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eng, err := diagnose.New(diagnose.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bp, err := breaker.NewPolicy(breaker.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := &fakeClock{t: t0}
+	rec, err := repair.New(repair.Config{Store: st, Engine: eng, Clusters: map[string]*kube.Cluster{"c1": kube.New("c1", cl)},
+		Breaker: bp, Resync: resync, ApprovalTTL: c.approvalTTL(), Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reconcile := func(node string) {
+		t.Helper()
+		if err := rec.ReconcileNode(ctx, "c1", node); err != nil {
+			t.Fatalf("reconcile %s at %s: %v", node, clk.Now().Sub(t0), err)
+		}
+	}
+	var seq uint64
+	reported := map[string]bool{}
+	var order []string
+	next := 0
+	for at := time.Duration(0); at <= c.End; at += resync {
+		now := t0.Add(at)
+		clk.Set(now)
+		var due []string
+		for ; next < len(c.Inject) && c.Inject[next].At <= at; next++ {
+			in := c.Inject[next]
+			for _, n := range in.Nodes {
+				report(t, st, n, now, findings(in, n, now, &seq))
+				due = append(due, n)
+				if !reported[n] {
+					reported[n] = true
+					order = append(order, n)
+				}
+			}
+		}
+		for _, n := range due {
+			reconcile(n)
+		}
+		if err := rec.EvaluateBreakers(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range order {
+			reconcile(n)
+		}
+	}
+	out := map[string]Outcome{}
+	for _, n := range c.nodes() {
+		rs, _, err := st.ListRepairs(ctx, store.RepairFilter{Cluster: "c1", Node: n.name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, rp := range rs { // newest first
+			switch {
+			case rp.State == ledger.Replaced || rp.State == ledger.Deleting:
+				out[n.name] = Deleted
+			case rp.ClosedAt.IsZero() && out[n.name] == "":
+				out[n.name] = openOutcome(rp, clk.Now())
+			}
+		}
+	}
+	return out
+}
+
+func openOutcome(rp store.Repair, now time.Time) Outcome {
+	switch {
+	case rp.State == ledger.AwaitingApproval && rp.Detail["held_by"] == "breaker":
+		return HeldByBreaker
+	case rp.State == ledger.AwaitingApproval:
+		return HeldByAction
+	case rp.State == ledger.Tolerating && !now.Before(rp.TolerationUntil):
+		return Delayed
+	}
+	return Tolerating
+}

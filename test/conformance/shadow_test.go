@@ -1,0 +1,117 @@
+package conformance
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/fleetrepair/fleetrepair/agent/finding"
+	"github.com/fleetrepair/fleetrepair/controller/breaker"
+	"github.com/fleetrepair/fleetrepair/controller/diagnose"
+	"github.com/fleetrepair/fleetrepair/controller/shadow"
+	"github.com/fleetrepair/fleetrepair/controller/simulate"
+	"github.com/fleetrepair/fleetrepair/controller/store"
+	"github.com/fleetrepair/fleetrepair/test/pgtest"
+)
+
+// TestShadow runs the rules through the shadow replay of the stored findings.
+func TestShadow(t *testing.T) { conform(t, replayed) }
+
+// storedFleet stores the case's nodes and findings as the controller
+// would have: node metadata with a NodeClaim, a heartbeat, and each
+// injection as one agent report received when it was observed.
+func storedFleet(t *testing.T, c Case) *store.Store {
+	t.Helper()
+	ctx := context.Background()
+	st, err := store.Open(ctx, pgtest.DSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	joined := t0.Add(-time.Hour)
+	for _, n := range c.nodes() {
+		if _, err := st.UpsertNodeMeta(ctx, store.Node{Cluster: "c1", Name: n.name, NodePool: n.pool, Zone: n.zone,
+			InstanceType: "p5.48xlarge", NodeClaim: n.name + "-nc"}, joined); err != nil {
+			t.Fatal(err)
+		}
+		report(t, st, n.name, joined, nil)
+	}
+	if c.DeletionsPerHour > 0 {
+		if _, err := st.SetClusterBudget(ctx, "c1", c.DeletionsPerHour, 1, joined); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return st
+}
+
+// findings turns an injection into the findings one node reports at `at`.
+func findings(in Inject, node string, at time.Time, seq *uint64) []finding.Finding {
+	boot := bootID(node, in.Boot)
+	var out []finding.Finding
+	for _, spec := range in.Findings {
+		*seq++
+		f := simulate.FindingFromSpec(spec)
+		f.Node, f.BootID, f.Time, f.Seq = node, boot, at, *seq
+		f.Evidence = []string{fmt.Sprintf("%v", spec)}
+		f.ID = finding.NewID(f)
+		out = append(out, f)
+	}
+	return out
+}
+
+// report ingests one agent report from node, received at `at`.
+func report(t *testing.T, st *store.Store, node string, at time.Time, fs []finding.Finding) {
+	t.Helper()
+	boot := bootID(node, 0)
+	if len(fs) > 0 {
+		boot = fs[0].BootID
+	}
+	r := finding.Report{SchemaVersion: finding.SchemaVersion, Cluster: "c1", Node: node, BootID: boot,
+		AgentVersion: "v0.1.0", SentAt: at, Findings: fs,
+		Heartbeat: &finding.Heartbeat{DriverVersion: "570.133.20", KernelVersion: "6.8.0", GPUCount: 8}}
+	if _, err := st.IngestReport(context.Background(), r, at); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func replayed(t *testing.T, c Case) map[string]Outcome {
+	t.Helper()
+	st := storedFleet(t, c)
+	var seq uint64
+	for _, in := range c.Inject {
+		for _, n := range in.Nodes {
+			at := t0.Add(in.At)
+			report(t, st, n, at, findings(in, n, at, &seq))
+		}
+	}
+	eng, err := diagnose.New(diagnose.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bp, err := breaker.NewPolicy(breaker.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := shadow.Run(context.Background(), shadow.Config{Store: st, Engine: eng, Breaker: bp, Resync: resync, ApprovalTTL: c.approvalTTL()}, t0, t0.Add(c.End))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]Outcome{}
+	for _, o := range rep.Open {
+		switch {
+		case o.HeldBy == shadow.WhyBreaker:
+			out[o.Node] = HeldByBreaker
+		case o.HeldBy == shadow.WhyActionNotExecutable:
+			out[o.Node] = HeldByAction
+		case !t0.Add(c.End).Before(o.TolerationUntil):
+			out[o.Node] = Delayed
+		default:
+			out[o.Node] = Tolerating
+		}
+	}
+	for _, d := range rep.Deletions {
+		out[d.Node] = Deleted
+	}
+	return out
+}

@@ -1,0 +1,94 @@
+package conformance
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/fleetrepair/fleetrepair/controller/ledger"
+	"github.com/fleetrepair/fleetrepair/controller/simulate"
+)
+
+// TestSimulator runs the rules through the simulator's fleetrepair policy.
+func TestSimulator(t *testing.T) { conform(t, simulated) }
+
+// simulated writes the case as a scenario file: the catalog's tolerations,
+// the controller's resync as the tick.
+func simulated(t *testing.T, c Case) map[string]Outcome {
+	t.Helper()
+	var b strings.Builder
+	fmt.Fprintf(&b, "scenario: conformance\nparameters: {tick: %s, end: %s, approval_ttl: %s", resync, c.End, c.approvalTTL())
+	if c.DeletionsPerHour > 0 {
+		fmt.Fprintf(&b, ", deletions_per_hour: %d", c.DeletionsPerHour)
+	}
+	b.WriteString("}\nfleet:\n  cluster: c1\n  nodepools:\n")
+	for _, p := range c.Pools {
+		zones, _ := yaml.Marshal(p.Zones)
+		fmt.Fprintf(&b, "    - {name: %q, node_name_prefix: %q, zones: {%s}}\n", p.Name, p.Prefix,
+			strings.ReplaceAll(strings.TrimSpace(string(zones)), "\n", ", "))
+	}
+	b.WriteString("timeline:\n")
+	boots := map[string]int{}
+	for _, in := range c.Inject {
+		for _, n := range in.Nodes {
+			if in.Boot > boots[n] {
+				boots[n] = in.Boot
+				fmt.Fprintf(&b, "  - {at: %s, kind: recover, select: {nodes: [%q]}, method: reboot}\n", in.At, n)
+			}
+		}
+		fs, err := yaml.Marshal(in.Findings)
+		if err != nil {
+			t.Fatal(err)
+		}
+		js, err := yaml.YAMLToJSON(fs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes, err := yaml.Marshal(in.Nodes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodesJS, err := yaml.YAMLToJSON(nodes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(&b, "  - {at: %s, kind: inject, select: {nodes: %s}, findings: %s}\n", in.At, nodesJS, js)
+	}
+	sc, err := simulate.Parse([]byte(b.String()))
+	if err != nil {
+		t.Fatalf("scenario:\n%s\n%v", b.String(), err)
+	}
+	res, err := simulate.Run(sc, simulate.Options{Policies: []string{simulate.PolicyFleetRepair}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := res.Policy(simulate.PolicyFleetRepair)
+	out := map[string]Outcome{}
+	for _, o := range p.Open {
+		switch {
+		case o.State == string(ledger.AwaitingApproval) && o.HeldBy == "breaker":
+			out[o.Node] = HeldByBreaker
+		case o.State == string(ledger.AwaitingApproval):
+			out[o.Node] = HeldByAction
+		case o.Waiting:
+			out[o.Node] = Delayed
+		default:
+			out[o.Node] = Tolerating
+		}
+	}
+	for _, d := range p.Deletions {
+		out[d.Node] = Deleted
+	}
+	if testing.Verbose() {
+		keys := make([]string, 0, len(out))
+		for k := range out {
+			keys = append(keys, k+"="+string(out[k]))
+		}
+		sort.Strings(keys)
+		t.Logf("simulator: %v", keys)
+	}
+	return out
+}
