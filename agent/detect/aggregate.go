@@ -24,6 +24,16 @@ var descriptiveAttrs = map[string]bool{
 // the driver printed its error code (c05).
 var inheritedAttrs = []string{finding.AttrCausedBy, finding.AttrErrorCode}
 
+// unionAttrs are list attributes of one detector that Aggregate does not
+// tell findings apart by but unions (comma separated, first seen first;
+// numbers sorted): the NVLinks an Xid 137 storm names line by line are one
+// fact about the GPU (c25), the GIDs NCCL names in its completion errors are
+// one fact about the peer path (c29).
+var unionAttrs = map[string][]string{
+	finding.DetectorXid:          {finding.AttrLinks},
+	finding.DetectorNCCLNetError: {finding.AttrLocalGIDs, finding.AttrRemoteGIDs},
+}
+
 // Aggregate summarises the findings of one whole input (a file, one boot):
 // findings that state the same fact about the same device become one finding
 // whose Count is the number of events and whose Evidence holds their lines
@@ -76,6 +86,11 @@ func Aggregate(fs []finding.Finding) []finding.Finding {
 		for k := range descriptiveAttrs {
 			if a.Attrs[k] != f.Attrs[k] {
 				delete(a.Attrs, k)
+			}
+		}
+		for _, k := range unionAttrs[f.Detector] {
+			if v := unionList(a.Attrs[k], f.Attrs[k]); v != "" {
+				a.Attrs[k] = v
 			}
 		}
 	}
@@ -164,7 +179,7 @@ func aggregateKey(f finding.Finding) string {
 	b.WriteString(strconv.Itoa(f.Xid))
 	keys := make([]string, 0, len(f.Attrs))
 	for k := range f.Attrs {
-		if !descriptiveAttrs[k] {
+		if !descriptiveAttrs[k] && !slices.Contains(unionAttrs[f.Detector], k) {
 			keys = append(keys, k)
 		}
 	}
@@ -195,4 +210,33 @@ func cloneAttrs(m map[string]string) map[string]string {
 		out[k] = v
 	}
 	return out
+}
+
+// unionList merges two comma-separated lists, keeping the first occurrence
+// of each item; when every item is a number the result is sorted
+// numerically.
+func unionList(a, b string) string {
+	var items []string
+	for _, s := range []string{a, b} {
+		for _, it := range strings.Split(s, ",") {
+			if it = strings.TrimSpace(it); it != "" && !slices.Contains(items, it) {
+				items = append(items, it)
+			}
+		}
+	}
+	numeric := true
+	for _, it := range items {
+		if _, err := strconv.Atoi(it); err != nil {
+			numeric = false
+			break
+		}
+	}
+	if numeric {
+		slices.SortFunc(items, func(x, y string) int {
+			nx, _ := strconv.Atoi(x)
+			ny, _ := strconv.Atoi(y)
+			return nx - ny
+		})
+	}
+	return strings.Join(items, ",")
 }

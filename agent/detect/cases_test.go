@@ -59,6 +59,8 @@ func loadKernelCases(t testing.TB) []kernelCase {
 	kernelDetectors := map[string]bool{
 		finding.DetectorXid: true, finding.DetectorAERFatal: true,
 		finding.DetectorAERNonFatal: true, finding.DetectorAERCorrectable: true,
+		finding.DetectorNVSwitchSXid: true, finding.DetectorHungTask: true,
+		finding.DetectorSoftLockup: true, finding.DetectorRCUStall: true,
 	}
 	for _, r := range detect.DefaultRules().Rules {
 		kernelDetectors[r.Detector] = true

@@ -1,17 +1,24 @@
 // Package detect turns kernel log records (agent/kmsg) into findings
 // (agent/finding): facts such as "Xid 79 on 0000:3b:00.0", never actions.
 //
-// Three kinds of detectors run on every record:
+// These detectors run on every record:
 //
 //   - the Xid parser (code, xid.go) for "NVRM: Xid (PCI:0000:3b:00): 79, ..."
 //     lines in every driver format, with the Xid 45 cause, the Xid 154
-//     recovery action and Xid 13's multi-line events;
+//     recovery action, Xid 94/95 containment, NVLink link numbers and the
+//     multi-line events of Xid 13, 94 and 95;
+//   - the NVSwitch SXid assembler (code, sxid.go): summary, engine and Data
+//     lines of one SXid event, per switch;
+//   - the stack-report assembler (code, stack.go): hung tasks, soft and hard
+//     lockups and RCU stalls with the kernel modules on their stack;
 //   - the PCIe AER assembler (code, aer.go), which builds one finding from
 //     the many lines of one AER report and links the reporting port to the
 //     GPU behind it;
 //   - pattern rules (data, rules.yaml, embedded and replaceable) for the
 //     simple detectors: fallen-off-bus, gpu-count, driver-version,
-//     rminit-failed and gsp-error.
+//     rminit-failed, gsp-error, driver-version-mismatch,
+//     gsp-firmware-missing, filesystem-error, oom-kill, nic-firmware and
+//     nic-link.
 //
 // A Detector is streaming: Feed returns the findings a record completes.
 // Lines that are one event (three Xid 13 lines, an AER report) are held until
@@ -132,6 +139,8 @@ const (
 	kindXid    groupKind = iota // lines of one multi-line Xid event
 	kindAER                     // lines of one PCIe AER report
 	kindAttach                  // details waiting for the event line of an attach rule
+	kindSXid                    // lines of one NVSwitch SXid event
+	kindStack                   // lines of one kernel report with a stack (hung task, soft lockup, RCU stall)
 )
 
 // group is an event being assembled from several records.
@@ -146,6 +155,7 @@ type group struct {
 	lastT   time.Time       // wall time of its last record, zero unknown
 	records int
 	aer     *aerReport
+	stack   *stackReport
 	done    bool
 }
 
@@ -213,6 +223,15 @@ func (d *Detector) examine(rec kmsg.Record, closed, cur *[]finding.Finding) {
 			d.xid(rec, x, closed, cur)
 			return // an Xid line is an Xid finding and nothing else
 		}
+	}
+	if strings.Contains(msg, "SXid (") {
+		if s, ok := parseSXid(msg); ok {
+			d.sxid(rec, s, closed, cur)
+			return
+		}
+	}
+	if d.stackLine(rec, closed, cur) {
+		return
 	}
 	if d.held.Load() > 0 || strings.Contains(msg, "AER") || strings.Contains(msg, "PCIe Bus Error") {
 		d.aerLine(rec, closed, cur)
@@ -354,6 +373,8 @@ func (d *Detector) close(g *group, out []finding.Finding) []finding.Finding {
 		if f, ok := d.aerFinding(g); ok {
 			out = append(out, d.finish(f, g.records))
 		}
+	case kindStack:
+		out = append(out, d.finish(d.stackFinding(g), g.records))
 	default:
 		out = append(out, d.finish(g.f, g.records))
 	}

@@ -39,9 +39,11 @@ func DefaultRules() *Rules {
 // detectors (Xid, AER) and the pattern rules of the simple detectors. Rules
 // are immutable once parsed and may be shared by any number of Detectors.
 type Rules struct {
-	Xid   XidConfig `json:"xid"`
-	AER   AERConfig `json:"aer"`
-	Rules []*Rule   `json:"rules"`
+	Xid   XidConfig   `json:"xid"`
+	AER   AERConfig   `json:"aer"`
+	SXid  SXidConfig  `json:"sxid"`
+	Stack StackConfig `json:"stack"`
+	Rules []*Rule     `json:"rules"`
 
 	group, secondary map[int]bool
 	// gates are the distinct literal lead-ins ("NVRM: ") that every match
@@ -72,12 +74,30 @@ type AERConfig struct {
 	Window Duration `json:"window"`
 }
 
+// SXidConfig tunes the NVSwitch SXid assembler.
+type SXidConfig struct {
+	// Window is the largest kernel-time gap between the lines of one SXid
+	// event (summary, engine, Data).
+	Window Duration `json:"window"`
+}
+
+// StackConfig tunes the assembler of kernel reports that carry a stack
+// (hung task, soft lockup, RCU stall).
+type StackConfig struct {
+	// Window is the largest kernel-time gap between two lines of one report.
+	Window Duration `json:"window"`
+	// GPUModules are the kernel modules whose frames make a report the GPU
+	// driver's (attr module).
+	GPUModules []string `json:"gpu_modules"`
+}
+
 // Rule is one pattern rule of a simple detector. See rules.yaml for the
 // meaning of each field.
 type Rule struct {
 	Name     string            `json:"name"`
 	Detector string            `json:"detector"`
-	Contains string            `json:"contains"`
+	Contains Literals          `json:"contains"`
+	Gate     string            `json:"gate,omitempty"`
 	Pattern  string            `json:"pattern"`
 	Attrs    map[string]string `json:"attrs,omitempty"`
 	Attach   bool              `json:"attach,omitempty"`
@@ -86,6 +106,35 @@ type Rule struct {
 
 	re   *regexp.Regexp
 	gate int // index in Rules.gates, -1 none
+}
+
+// Literals is a rule's contains: one literal, or a list of alternatives
+// (every match contains at least one), written as a string or a list.
+type Literals []string
+
+// UnmarshalJSON reads a string or a list of strings.
+func (l *Literals) UnmarshalJSON(b []byte) error {
+	var one string
+	if err := json.Unmarshal(b, &one); err == nil {
+		*l = Literals{one}
+		return nil
+	}
+	var many []string
+	if err := json.Unmarshal(b, &many); err != nil {
+		return fmt.Errorf("parse contains: want a string or a list of strings: %w", err)
+	}
+	*l = many
+	return nil
+}
+
+// in reports whether msg contains one of the literals.
+func (l Literals) in(msg string) bool {
+	for _, s := range l {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
 }
 
 // Samples are the lines a Rule is checked against.
@@ -153,6 +202,12 @@ func ParseRules(data []byte) (*Rules, error) {
 	if r.AER.Window.Duration == 0 {
 		r.AER.Window.Duration = 2 * time.Second
 	}
+	if r.SXid.Window.Duration == 0 {
+		r.SXid.Window.Duration = time.Second
+	}
+	if r.Stack.Window.Duration == 0 {
+		r.Stack.Window.Duration = 2 * time.Second
+	}
 	r.group, r.secondary = map[int]bool{}, map[int]bool{}
 	for _, x := range r.Xid.Group {
 		r.group[x] = true
@@ -180,7 +235,7 @@ func ParseRules(data []byte) (*Rules, error) {
 		if rule.Detector == finding.DetectorXid {
 			problems = append(problems, at+".detector: \"xid\" lines are parsed by code, not by rules")
 		}
-		if rule.Contains == "" {
+		if len(rule.Contains) == 0 || slices.Contains(rule.Contains, "") {
 			problems = append(problems, at+".contains: required (a literal every match contains)")
 		}
 		re, err := regexp.Compile(rule.Pattern)
@@ -190,10 +245,14 @@ func ParseRules(data []byte) (*Rules, error) {
 		}
 		rule.re = re
 		rule.gate = -1
-		// The gate is the literal start of every match up to its first
-		// ": ", e.g. "NVRM: " for the driver's messages.
-		if prefix, _ := re.LiteralPrefix(); strings.Contains(prefix, ": ") {
-			g := prefix[:strings.Index(prefix, ": ")+2]
+		// The gate is the rule's explicit gate, or else the literal start
+		// of every match up to its first ": ", e.g. "NVRM: " for the
+		// driver's messages.
+		g := rule.Gate
+		if prefix, _ := re.LiteralPrefix(); g == "" && strings.Contains(prefix, ": ") {
+			g = prefix[:strings.Index(prefix, ": ")+2]
+		}
+		if g != "" {
 			rule.gate = slices.Index(r.gates, g)
 			if rule.gate < 0 {
 				rule.gate = len(r.gates)
@@ -227,6 +286,10 @@ func (r *Rules) check() []string {
 	var problems []string
 	for _, rule := range r.Rules {
 		for _, s := range rule.Samples.Match {
+			if rule.gate >= 0 && !strings.Contains(s.Line, r.gates[rule.gate]) {
+				problems = append(problems, fmt.Sprintf("rule %q: sample %q lacks its gate %q", rule.Name, s.Line, r.gates[rule.gate]))
+				continue
+			}
 			m, ok := rule.match(s.Line)
 			if !ok {
 				problems = append(problems, fmt.Sprintf("rule %q: does not match its sample %q", rule.Name, s.Line))
@@ -265,7 +328,7 @@ func (m ruleMatch) get(k string) string {
 
 // match tries the rule on one message. The cheap Contains test runs first.
 func (rule *Rule) match(msg string) (ruleMatch, bool) {
-	if !strings.Contains(msg, rule.Contains) {
+	if !rule.Contains.in(msg) {
 		return ruleMatch{}, false
 	}
 	sub := rule.re.FindStringSubmatch(msg)

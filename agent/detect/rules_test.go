@@ -27,7 +27,7 @@ func TestShippedRules(t *testing.T) {
 				t.Fatalf("rule %q needs a matching and a non-matching sample", rule.Name)
 			}
 			for _, s := range rule.Samples.Match {
-				if !strings.Contains(s.Line, rule.Contains) {
+				if !rule.Contains.in(s.Line) {
 					t.Errorf("sample %q lacks the prefilter literal %q", s.Line, rule.Contains)
 				}
 				m, ok := rule.match(s.Line)

@@ -37,7 +37,20 @@ var (
 	// mmuFaultRE: Xid 31 "MMU Fault: ENGINE GRAPHICS GPC2 ... Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_READ" (c10).
 	mmuEngineRE = regexp.MustCompile(`MMU Fault: ENGINE (\S+)`)
 	mmuTypeRE   = regexp.MustCompile(`Fault is of type (\S+(?: \S+)?)`)
+	// containedRE, resetRE: the newer Xid 94/95 form
+	// "94, Contained: SM (0x1). RST: No, D-RST: No" (c25). RST says whether
+	// the driver requires a GPU reset; "No" is not a reset request.
+	containedRE = regexp.MustCompile(`\b(Contained|Uncontained): (\w+)`)
+	resetRE     = regexp.MustCompile(`(?:^|[^-\w])RST: (Yes|No)\b`)
+	// linkRE: the NVLink a link-level Xid names ("TLC RX interrupt hit on
+	// link 4", "NVLink: fatal error detected on link 14").
+	linkRE = regexp.MustCompile(`(?i)\blink (\d{1,3})\b`)
 )
+
+// linkXid reports whether an Xid is about one NVLink (74 NVLink error, 137
+// NVLink TLC/PRIV error, 144-150 NVLink5 unit errors), so that its line's
+// link number is a fact (attr links, unioned by Aggregate).
+func linkXid(xid int) bool { return xid == 74 || xid == 137 || xid >= 144 && xid <= 150 }
 
 // parseXid reads an Xid line; ok is false when msg holds none.
 func parseXid(msg string) (xidLine, bool) {
@@ -98,6 +111,22 @@ func (d *Detector) xidAttrs(x xidLine) map[string]string {
 	if m := mmuTypeRE.FindStringSubmatch(x.text); m != nil {
 		a[finding.AttrFault] = strings.TrimRight(m[1], ".")
 	}
+	if m := containedRE.FindStringSubmatch(x.text); m != nil {
+		a[finding.AttrContained] = m[2]
+		if m[1] == "Uncontained" {
+			a[finding.AttrContained] = "false"
+		}
+	}
+	if m := resetRE.FindStringSubmatch(x.text); m != nil {
+		a[finding.AttrResetRequired] = strconv.FormatBool(m[1] == "Yes")
+	}
+	if linkXid(x.xid) {
+		if m := linkRE.FindStringSubmatch(x.text); m != nil {
+			if n, err := strconv.Atoi(m[1]); err == nil {
+				a[finding.AttrLinks] = strconv.Itoa(n)
+			}
+		}
+	}
 	return a
 }
 
@@ -130,13 +159,41 @@ func (d *Detector) xid(rec kmsg.Record, x xidLine, closed, cur *[]finding.Findin
 		*cur = append(*cur, d.finish(f, 1))
 		return
 	}
-	key := x.pci + "|" + strconv.Itoa(x.xid) + "|" + x.pid
-	if g := d.find(kindXid, key); g != nil {
+	key := x.pci + "|" + strconv.Itoa(x.xid)
+	if g := d.findXid(key, x.pid); g != nil {
 		if d.joins(g, rec) {
 			d.add(g, rec)
+			// A line may add facts the first one lacked: Xid 94's
+			// "Contained: SM" line and its "pid=..., name=..." line are
+			// one event (c25).
+			for k, v := range f.Attrs {
+				if _, ok := g.f.Attrs[k]; !ok {
+					if g.f.Attrs == nil {
+						g.f.Attrs = map[string]string{}
+					}
+					g.f.Attrs[k] = v
+				}
+			}
 			return
 		}
 		*closed = d.close(g, *closed)
 	}
 	d.openGroup(kindXid, key, f, rec, d.rules.Xid.GroupWindow.Duration)
+}
+
+// findXid returns the held multi-line Xid event of a GPU and Xid (key) that
+// a line of process pid may continue: one of the same pid, or one where
+// either side names no process (the driver prints the pid on one line of
+// the event only). Nil when none.
+func (d *Detector) findXid(key, pid string) *group {
+	for i := len(d.open) - 1; i >= 0; i-- {
+		g := d.open[i]
+		if g.done || g.kind != kindXid || g.key != key {
+			continue
+		}
+		if gp := g.f.Attrs[finding.AttrPID]; gp == "" || pid == "" || gp == pid {
+			return g
+		}
+	}
+	return nil
 }

@@ -53,6 +53,22 @@ const (
 	DetectorDCGMPolicy      = "dcgm-policy"       // a DCGM policy violation pushed by the host engine (attr condition; xid for the Xid policy)
 	DetectorRetiredPages    = "retired-pages"     // NVML: pages retired, or a retirement pending (GPUs without row remapping)
 	DetectorECCErrors       = "ecc-errors"        // NVML: volatile uncorrectable ECC errors counted since the last driver load
+
+	// Software, OS, fabric and NIC detectors (catalog 1.1.0). A controller
+	// that predates one of them records its findings and ignores them.
+	DetectorDriverVersionMismatch = "driver-version-mismatch" // kernel module and user-space driver differ (NVML "Driver/library version mismatch", NVRM "API mismatch")
+	DetectorGSPFirmwareMissing    = "gsp-firmware-missing"    // the driver cannot load its GSP firmware file (attr firmware)
+	DetectorNVSwitchSXid          = "nvswitch-sxid"           // an SXid line of the nvidia-nvswitch driver; DevicePCI is the switch (attrs sxid, severity, link, error)
+	DetectorFabricState           = "fabric-state"            // Fabric Manager / NVML fabric state of a GPU (attrs state, status)
+	DetectorHungTask              = "hung-task"               // the kernel's hung-task report (attrs task, pid, state, blocked_for, module)
+	DetectorSoftLockup            = "soft-lockup"             // watchdog soft or hard lockup of a CPU (attrs cpu, stuck_for, task)
+	DetectorRCUStall              = "rcu-stall"               // an RCU CPU stall warning
+	DetectorFilesystemError       = "filesystem-error"        // filesystem shutdown, error or read-only remount (attrs fs, device, mount, kind)
+	DetectorOOMKill               = "oom-kill"                // the kernel OOM killer killed a process (attrs process, pid, constraint)
+	DetectorNICFirmware           = "nic-firmware"            // mlx5 / EFA NIC firmware or health failure; DevicePCI is the NIC
+	DetectorNICLink               = "nic-link"                // a NIC port's link went down (attrs interface, state)
+	DetectorNCCLNetError          = "nccl-net-error"          // an NCCL NET/IB completion error in a job log (attrs status, vendor_err, peer, host, hca, local_gids, remote_gids)
+	DetectorNodeTerminating       = "node-terminating"        // a Node that carries a deletionTimestamp (controller side)
 )
 
 // Well-known attribute keys of Finding.Attrs. Values are strings on the wire.
@@ -103,6 +119,40 @@ const (
 	AttrExpected          = "expected"               // gpu-count: GPUs expected on the node
 	AttrFound             = "found"                  // gpu-count: GPUs found
 	AttrCounter           = "counter"                // aer-*: the sysfs AER counter name, for counter-based findings
+
+	AttrNVMLLibraryVersion = "nvml_library_version" // driver-version-mismatch: the user-space NVML library version, when printed
+	AttrModuleVersion      = "module_version"       // driver-version-mismatch: the loaded kernel module's version, when known
+	AttrClientVersion      = "client_version"       // driver-version-mismatch: the user-space client's version (NVRM API mismatch)
+	AttrSource             = "source"               // driver-version-mismatch: the tool that hit it (nvidia-smi, nvidia-container-cli, nvml, kernel)
+	AttrFirmware           = "firmware"             // gsp-firmware-missing: the firmware file the driver asked for
+	AttrSXid               = "sxid"                 // nvswitch-sxid: the SXid number
+	AttrSeverity           = "severity"             // nvswitch-sxid: fatal|non-fatal, from the event's summary line
+	AttrLink               = "link"                 // nvswitch-sxid: the switch port (link) number
+	AttrContained          = "contained"            // Xid 94/95 (new format): the unit the error was contained to (SM, ...)
+	AttrResetRequired      = "reset_required"       // Xid 94/95 (new format): "RST: Yes|No" as true|false
+	AttrTask               = "task"                 // hung-task, soft-lockup: the task's command name
+	AttrState              = "state"                // hung-task: the task's scheduler state (D); fabric-state: the fabric state
+	AttrBlockedFor         = "blocked_for"          // hung-task: the kernel's threshold the task exceeded ("120s")
+	AttrModule             = "module"               // hung-task: kernel module of the innermost reliable stack frame with one
+	AttrModules            = "modules"              // hung-task: every kernel module on the stack, comma separated, innermost first
+	AttrCPU                = "cpu"                  // soft-lockup: the CPU number
+	AttrStuckFor           = "stuck_for"            // soft-lockup: how long the CPU was stuck ("22s")
+	AttrFS                 = "fs"                   // filesystem-error: xfs, ext4, btrfs
+	AttrDevice             = "device"               // filesystem-error: the block device (nvme0n1p1, dm-0)
+	AttrMount              = "mount"                // filesystem-error: the mount point, when the agent knows it
+	AttrVolumeRole         = "volume_role"          // filesystem-error: root|ephemeral|data, when the agent knows it
+	AttrKind               = "kind"                 // filesystem-error: shutdown|error|read-only; nic-firmware: the failure kind
+	AttrConstraint         = "constraint"           // oom-kill: CONSTRAINT_NONE (global) or CONSTRAINT_MEMCG (a cgroup limit)
+	AttrInterface          = "interface"            // nic-link: the network interface name
+	AttrStatus             = "status"               // nccl-net-error: the ibverbs completion status number
+	AttrVendorErr          = "vendor_err"           // nccl-net-error: the HCA vendor error number
+	AttrPeer               = "peer"                 // nccl-net-error: the peer's address (no port)
+	AttrHost               = "host"                 // nccl-net-error: the reporting host as NCCL prints it
+	AttrHCA                = "hca"                  // nccl-net-error: the local HCA (mlx5_26), newer NCCL only
+	AttrLocalGIDs          = "local_gids"           // nccl-net-error: local GIDs, comma separated, first seen first
+	AttrRemoteGIDs         = "remote_gids"          // nccl-net-error: remote GIDs, comma separated, first seen first
+	AttrDeletionTimestamp  = "deletion_timestamp"   // node-terminating, nodeclaim-status: RFC 3339
+	AttrFinalizers         = "finalizers"           // nodeclaim-status: finalizers, comma separated
 )
 
 // Finding is one fact observed on one node. Its ID is an idempotency key: the
@@ -184,7 +234,19 @@ type Heartbeat struct {
 	Monitors      []MonitorState `json:"monitors,omitempty"`
 	DriverVersion string         `json:"driverVersion,omitempty"`
 	KernelVersion string         `json:"kernelVersion,omitempty"`
-	GPUCount      int            `json:"gpuCount,omitempty"`
+	// ModuleVersion is the loaded NVIDIA kernel module's version
+	// (/proc/driver/nvidia/version, "NVRM version: ... Kernel Module  X").
+	// Empty when unknown. Added in catalog 1.1.0; older controllers ignore it.
+	ModuleVersion string `json:"moduleVersion,omitempty"`
+	// LibraryVersion is the user-space driver library's version
+	// (nvmlSystemGetDriverVersion, or the libnvidia-ml.so.X file name).
+	// It differs from ModuleVersion after a user-space upgrade under a loaded
+	// module: a driver-version-mismatch. Empty when unknown.
+	LibraryVersion string `json:"libraryVersion,omitempty"`
+	// Image is the node image (AMI id, OS image name) when the agent knows
+	// it, for cohorts by image.
+	Image    string `json:"image,omitempty"`
+	GPUCount int    `json:"gpuCount,omitempty"`
 	// Lost is the number of kernel records the agent knows it missed
 	// (/dev/kmsg EPIPE gaps) since it started.
 	LostRecords uint64 `json:"lostRecords,omitempty"`

@@ -229,6 +229,8 @@ type state struct {
 	gpus      map[string][]finding.GPU
 	driver    string // from a monitor (NVML)
 	kernelDrv string // from the kernel log banner
+	module    string // loaded kernel module version (a monitor's Result)
+	library   string // user-space NVML library version (a monitor's Result)
 	lostRecs  uint64
 }
 
@@ -258,6 +260,12 @@ func (s *state) apply(name string, r source.Result) {
 	if r.DriverVersion != "" && r.DriverVersion != s.driver {
 		s.driver, changed = r.DriverVersion, true
 	}
+	if r.ModuleVersion != "" && r.ModuleVersion != s.module {
+		s.module, changed = r.ModuleVersion, true
+	}
+	if r.LibraryVersion != "" && r.LibraryVersion != s.library {
+		s.library, changed = r.LibraryVersion, true
+	}
 	if changed {
 		s.publish()
 	}
@@ -283,9 +291,15 @@ func (s *state) lost(n uint64) {
 
 // publish hands the heartbeat to the uplink; s.mu is held.
 func (s *state) publish() {
-	hb := finding.Heartbeat{DriverVersion: s.driver, LostRecords: s.lostRecs}
+	hb := finding.Heartbeat{DriverVersion: s.driver, LostRecords: s.lostRecs, ModuleVersion: s.module, LibraryVersion: s.library}
 	if hb.DriverVersion == "" {
 		hb.DriverVersion = s.kernelDrv
+	}
+	if hb.DriverVersion == "" {
+		// NVML cannot start (a version mismatch) and the banner is gone
+		// from the ring buffer: the loaded module's version still names
+		// the driver cohort.
+		hb.DriverVersion = s.module
 	}
 	for _, m := range s.monitors {
 		hb.Monitors = append(hb.Monitors, m)

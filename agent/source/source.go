@@ -35,6 +35,9 @@ type Result struct {
 	GPUs []finding.GPU
 	// DriverVersion is the NVIDIA driver version, when known.
 	DriverVersion string
+	// ModuleVersion and LibraryVersion are the loaded kernel module's and
+	// the user-space NVML library's versions, when known (heartbeat).
+	ModuleVersion, LibraryVersion string
 }
 
 // Checker is a monitor polled by the scheduler (agent/schedule).

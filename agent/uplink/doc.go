@@ -16,7 +16,11 @@
 //
 //   - 2xx: delivered.
 //   - network error, 5xx, 408, 429: retried with backoff (Retry-After honoured up
-//     to Config.RetryMaxInterval).
+//     to Config.RetryMaxInterval, plus up to a quarter of it at random so a
+//     fleet turned away together does not return together). The controller
+//     answers 429 when too many reports are in flight and 503 when its
+//     database is down or slow; the agent keeps queueing (and spooling)
+//     meanwhile, and a finding leaves the queue only once a 2xx answered it.
 //   - 401, 403: retried with backoff as well. They describe the agent's
 //     credentials, not the batch: kubelet rotates projected ServiceAccount tokens
 //     (see Config.TokenFile) and RBAC mistakes get fixed, so dropping the batch

@@ -156,13 +156,15 @@ func (u *Uplink) splitRejected(res outcome, batch []finding.Finding, withHeartbe
 
 // retryWait applies "equal jitter" to the backoff interval d, giving a wait in
 // [d/2, d): never longer than the schedule, never so short that a fleet of
-// agents retries in step. A longer Retry-After from the controller wins, up to
-// RetryMaxInterval.
+// agents retries in step. A longer Retry-After from the controller wins: the
+// wait is then in [Retry-After, 1.25 x Retry-After), so that the agents an
+// overloaded or recovering controller turned away do not all come back in
+// the same second; always at most RetryMaxInterval.
 func (u *Uplink) retryWait(d, retryAfter time.Duration) time.Duration {
 	d = min(d, u.cfg.RetryMaxInterval)
 	wait := d/2 + time.Duration(u.cfg.Rand()*float64(d/2))
 	if retryAfter > wait {
-		wait = min(retryAfter, u.cfg.RetryMaxInterval)
+		wait = min(retryAfter+time.Duration(u.cfg.Rand()*float64(retryAfter/4)), u.cfg.RetryMaxInterval)
 	}
 	return max(wait, time.Millisecond)
 }

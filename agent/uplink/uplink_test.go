@@ -380,6 +380,8 @@ func TestRetryWait(t *testing.T) {
 		{"schedule capped", time.Minute, 0, 0.999, 29985 * time.Millisecond},
 		{"retry-after wins", 2 * time.Second, 10 * time.Second, 0, 10 * time.Second},
 		{"retry-after capped", 2 * time.Second, time.Hour, 0, 30 * time.Second},
+		{"retry-after spread over a quarter of it", 2 * time.Second, 10 * time.Second, 0.999, 12497500 * time.Microsecond},
+		{"spread retry-after capped", 2 * time.Second, 28 * time.Second, 0.999, 30 * time.Second},
 		{"short retry-after ignored", 8 * time.Second, time.Second, 0, 4 * time.Second},
 	}
 	for _, tt := range tests {

@@ -131,7 +131,7 @@ func monitors(o runOptions) ([]pipeline.Monitor, []source.Pusher, *sysfs.Source)
 		ms = append(ms, pipeline.Monitor{Checker: sys, Every: every})
 	}
 	if !o.noNVML {
-		ms = append(ms, pipeline.Monitor{Checker: nvml.New(nvml.Options{ExpectGPUs: expect}), Every: every})
+		ms = append(ms, pipeline.Monitor{Checker: nvml.New(nvml.Options{ExpectGPUs: expect, Versions: root.DriverVersions}), Every: every})
 	}
 	if !o.noDCGM {
 		health, policy := dcgm.New(dcgm.Options{Address: o.dcgmAddress, ExpectGPUs: expect})

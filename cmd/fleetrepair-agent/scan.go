@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -21,8 +22,10 @@ type scanOptions struct {
 	format string // textformat.Format name
 	node   string // Finding.Node
 	bootID string // Finding.BootID
-	rules  string // rules file replacing the embedded rules
-	events bool   // print one finding per event instead of the per-file aggregate
+	// bootTime is when the input's boot started (RFC 3339), "" unknown.
+	bootTime string
+	rules    string // rules file replacing the embedded rules
+	events   bool   // print one finding per event instead of the per-file aggregate
 }
 
 func newScanCmd(s streams) *cobra.Command {
@@ -74,6 +77,7 @@ without findings), 1 when a file cannot be read, 2 for bad flags.`,
 	fl.StringVar(&o.format, "format", o.format, "input format: "+strings.Join(formats, "|")+" (kmsg = devkmsg; kernel = any kernel rendering)")
 	fl.StringVar(&o.node, "node", o.node, "node name put into every finding (env NODE_NAME)")
 	fl.StringVar(&o.bootID, "boot-id", "", "boot ID put into every finding (the input's boot, if known)")
+	fl.StringVar(&o.bootTime, "boot-time", "", "when the input's boot started (RFC 3339): places dmesg and /dev/kmsg timestamps in wall-clock time; without it they stay untimed")
 	fl.StringVar(&o.rules, "rules", "", "rules file replacing the embedded kernel-log rules")
 	fl.BoolVar(&o.events, "events", false, "print one finding per event instead of aggregating per file")
 	return cmd
@@ -90,6 +94,12 @@ func (o scanOptions) run(ctx context.Context, args []string, s streams) error {
 	format, err := textformat.ParseFormat(o.format)
 	if err != nil {
 		return usageError{fmt.Errorf("scan: --format: %w", err)}
+	}
+	var boot time.Time
+	if o.bootTime != "" {
+		if boot, err = time.Parse(time.RFC3339Nano, o.bootTime); err != nil {
+			return usageError{fmt.Errorf("scan: --boot-time %q is not RFC 3339 (2026-02-02T20:47:01Z): %w", o.bootTime, err)}
+		}
 	}
 	rules := detect.DefaultRules()
 	if o.rules != "" {
@@ -127,7 +137,7 @@ func (o scanOptions) run(ctx context.Context, args []string, s streams) error {
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
 	for _, in := range inputs {
-		res, err := textformat.Scan(ctx, in.r, format, textformat.Options{Node: o.node, BootID: o.bootID, Rules: rules, Events: o.events})
+		res, err := textformat.Scan(ctx, in.r, format, textformat.Options{Node: o.node, BootID: o.bootID, Rules: rules, Events: o.events, BootTime: boot})
 		if err != nil {
 			return fmt.Errorf("scan %s: %w", in.name, err)
 		}
@@ -137,8 +147,8 @@ func (o scanOptions) run(ctx context.Context, args []string, s streams) error {
 			}
 		}
 		if k := res.Kernel; k != nil {
-			fmt.Fprintf(s.err, "scan %s: %d lines, %d records, %d unparsed lines (examined as raw text), %d findings (%d events)\n",
-				in.name, k.Text.Lines, k.Text.Records, k.Text.Unparsed, len(res.Findings), sum(k.Detect.Findings))
+			fmt.Fprintf(s.err, "scan %s: kernel log (%s), %d lines, %d records, %d unparsed lines (examined as raw text), %d findings (%d events)\n",
+				in.name, res.Format, k.Text.Lines, k.Text.Records, k.Text.Unparsed, len(res.Findings), sum(k.Detect.Findings))
 		} else {
 			fmt.Fprintf(s.err, "scan %s: %s, %d lines, %d findings\n", in.name, res.Format, res.Lines, len(res.Findings))
 		}

@@ -142,6 +142,8 @@ for the cluster the controller runs in. Every flag has an environment fallback
 	f.BoolVar(&o.DryRun, "dry-run", envOr("FLEETREPAIR_DRY_RUN", "") == "true", "record every decision, delete no NodeClaim")
 	f.DurationVar(&o.Toleration, "toleration", 0, "override every reason's toleration window (e.g. 30s for demos; 0 = catalog defaults: 10m accelerated hardware, 30m other)")
 	f.DurationVar(&o.Resync, "resync", 10*time.Second, "period of the pass over open repairs")
+	f.DurationVar(&o.FindingRetention, "finding-retention", 30*24*time.Hour,
+		"drop findings received longer ago than this, a day's partition at a time (0 keeps them all; repairs and audit are always kept)")
 	f.IntVar(&o.Workers, "workers", 4, "nodes reconciled at once (env FLEETREPAIR_WORKERS); each holds at most one database connection")
 	f.Float64Var(&kubeQPS, "kube-api-qps", kube.DefaultQPS, "client-side request rate limit per cluster API server (env FLEETREPAIR_KUBE_API_QPS); reads come from informer caches, so this meters writes and watches")
 	f.IntVar(&kubeBurst, "kube-api-burst", kube.DefaultBurst, "client-side request burst per cluster API server (env FLEETREPAIR_KUBE_API_BURST)")

@@ -35,6 +35,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -71,7 +72,13 @@ const (
 	DefaultMinRateRatio      = 4.0
 	DefaultCeilingFraction   = 0.10
 	DefaultCeilingMinFailing = 10
-	maxEvidenceNodes         = 20
+	DefaultMemory            = 24 * time.Hour
+	// DefaultReplacementCycle is how long after it joins a replacement's
+	// failure of the same fault class as the repair counts as the
+	// replacement failing the same way (Signal.Replacement): the c28
+	// replacements failed about half an hour after joining.
+	DefaultReplacementCycle = 2 * time.Hour
+	maxEvidenceNodes        = 20
 )
 
 // Config holds the breaker thresholds. The zero value of a field means its
@@ -115,6 +122,20 @@ type Config struct {
 	// spreads the value (default: driver_version, monitoring_image, kernel,
 	// image).
 	RolloutKeys []string `json:"rolloutKeys,omitempty"`
+	// Memory is how long a software cohort (a RolloutKeys value: a driver
+	// version, an image, a kernel) stays suspect after its breaker cooled
+	// down (default 24 h). While the value is still installed on some node,
+	// the first new failure of one of them re-trips the breaker at once
+	// (CauseRemembered): a bad driver does not become good by being quiet
+	// for a cool-down. Negative disables the memory.
+	Memory time.Duration `json:"memory"`
+	// ReplacementFailures is how many replacement machines failing the
+	// same way (Signal.Replacement) within the window trip their NodePool's
+	// breaker at once, whatever the pool's size (default 1): a new machine
+	// with the old fault means the cause is not the machine (c28), and
+	// another replacement round only feeds it new machines. Negative
+	// disables the rule.
+	ReplacementFailures int `json:"replacementFailures"`
 }
 
 // Keys returns the cohort keys in precedence order: the most specific cause
@@ -158,6 +179,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.RolloutKeys == nil {
 		c.RolloutKeys = append([]string(nil), softwareKeys...)
+	}
+	if c.Memory == 0 {
+		c.Memory = DefaultMemory
+	}
+	if c.ReplacementFailures == 0 {
+		c.ReplacementFailures = 1
 	}
 	return c
 }
@@ -217,6 +244,10 @@ type Signal struct {
 	Node    string    `json:"node"`
 	At      time.Time `json:"at"`
 	Ongoing bool      `json:"ongoing,omitempty"`
+	// Replacement marks a new failure of a machine that replaced a node
+	// repaired for the same fault class, within one replacement cycle of
+	// joining: the remedy did not help (Config.ReplacementFailures).
+	Replacement bool `json:"replacement,omitempty"`
 }
 
 // Scope says what a breaker or decision covers.
@@ -243,11 +274,13 @@ type Cause string
 
 // Causes.
 const (
-	CauseTripped    Cause = "tripped"     // a cohort's failures are many and concentrated
-	CauseCeiling    Cause = "ceiling"     // too many unexplained failing nodes fleet-wide
-	CauseCooledDown Cause = "cooled-down" // quiet for Config.CoolDown
-	CauseResumed    Cause = "resumed"     // a human closed it
-	CauseKillSwitch Cause = "kill-switch" // a human switched every repair off or on
+	CauseTripped           Cause = "tripped"            // a cohort's failures are many and concentrated
+	CauseCeiling           Cause = "ceiling"            // too many unexplained failing nodes fleet-wide
+	CauseCooledDown        Cause = "cooled-down"        // quiet for Config.CoolDown
+	CauseResumed           Cause = "resumed"            // a human closed it
+	CauseKillSwitch        Cause = "kill-switch"        // a human switched every repair off or on
+	CauseRemembered        Cause = "remembered"         // a new failure in a software cohort that tripped before and is still installed
+	CauseReplacementFailed Cause = "replacement-failed" // replacements failed the same way as the nodes they replaced
 )
 
 // Evidence is the numbers behind a decision. Rates are failing nodes per
@@ -339,8 +372,22 @@ type State struct {
 	// leaves the set once it has no signal in the window; a new failure
 	// after that counts again.
 	Acknowledged map[string]time.Time `json:"acknowledged,omitempty"`
+	// Remembered holds the software cohorts ("driver_version=X") whose
+	// breaker cooled down within Config.Memory, with their cool-down time
+	// and the trip's evidence. A human's resume forgets a cohort; so does
+	// the value leaving the fleet (the suspect is no longer installed).
+	Remembered map[string]Remembered `json:"remembered,omitempty"`
 	// EvaluatedAt is the time of the last Evaluate.
 	EvaluatedAt time.Time `json:"evaluatedAt,omitzero"`
+}
+
+// Remembered is a software cohort that tripped and cooled down.
+type Remembered struct {
+	// Tripped is when its breaker first opened; CooledDown when it closed.
+	Tripped    time.Time `json:"tripped"`
+	CooledDown time.Time `json:"cooledDown"`
+	// Evidence is the numbers at the original trip.
+	Evidence Evidence `json:"evidence"`
 }
 
 // Open returns the open breaker of a cohort ("key=value", or FleetScope).
@@ -387,6 +434,10 @@ func (s State) clone() State {
 	for k, v := range s.Acknowledged {
 		out.Acknowledged[k] = v
 	}
+	out.Remembered = make(map[string]Remembered, len(s.Remembered))
+	for k, v := range s.Remembered {
+		out.Remembered[k] = v
+	}
 	return out
 }
 
@@ -416,6 +467,7 @@ type nodeSignals struct {
 	first, last time.Time // bounds of the new-failure signals within the window
 	newest      time.Time // newest signal at or before now (any age, ongoing included)
 	inWindow    bool      // a new-failure signal lies within the window
+	replacement bool      // a Replacement signal lies within the window
 }
 
 // Evaluate returns the breaker state at now given the fleet, the failure
@@ -450,6 +502,7 @@ func (p *Policy) Evaluate(now time.Time, fleet *Fleet, signals []Signal, prior S
 				ns.last = s.At
 			}
 			ns.inWindow = true
+			ns.replacement = ns.replacement || s.Replacement
 		}
 	}
 
@@ -502,6 +555,9 @@ func (p *Policy) Evaluate(now time.Time, fleet *Fleet, signals []Signal, prior S
 			continue
 		}
 		delete(st.Cohorts, name)
+		if c, err := ParseCohort(name); err == nil && cfg.Memory > 0 && slices.Contains(cfg.RolloutKeys, c.Key) {
+			st.Remembered[name] = Remembered{Tripped: b.Since, CooledDown: now, Evidence: b.Evidence}
+		}
 		ev := Evidence{At: now, WindowSeconds: cfg.Window.Seconds(), LastFailure: b.LastFailure}
 		if c, err := ParseCohort(name); err == nil {
 			ev.CohortNodes = fleet.CohortSize(c)
@@ -511,6 +567,9 @@ func (p *Policy) Evaluate(now time.Time, fleet *Fleet, signals []Signal, prior S
 			Message: fmt.Sprintf("breaker %s closed: no new failure signal from its nodes since %s (cool-down %s)",
 				name, b.LastFailure.Format(time.RFC3339), cfg.CoolDown)})
 	}
+
+	ds = append(ds, p.remembered(now, fleet, sig, &st)...)
+	ds = append(ds, p.replacements(now, fleet, sig, &st)...)
 
 	// Trips: greedy, one cohort per round, each round on the population no
 	// open cohort explains.
@@ -579,6 +638,128 @@ func (p *Policy) Evaluate(now time.Time, fleet *Fleet, signals []Signal, prior S
 	}
 	st.EvaluatedAt = now
 	return st, ds
+}
+
+// remembered re-trips, at once, a remembered software cohort that is still
+// installed when one of its nodes fails anew after the cool-down, and
+// forgets cohorts past Config.Memory or no longer in the fleet.
+func (p *Policy) remembered(now time.Time, fleet *Fleet, sig map[int32]*nodeSignals, st *State) []Decision {
+	cfg := p.cfg
+	var ds []Decision
+	names := make([]string, 0, len(st.Remembered))
+	for name := range st.Remembered {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		m := st.Remembered[name]
+		c, err := ParseCohort(name)
+		if err != nil || cfg.Memory <= 0 || now.Sub(m.CooledDown) >= cfg.Memory || fleet.CohortSize(c) == 0 {
+			delete(st.Remembered, name) // forgotten, or the suspect is no longer installed
+			continue
+		}
+		if _, open := st.Cohorts[name]; open {
+			continue
+		}
+		id, _ := fleet.id(c)
+		var failing []string
+		var first, last time.Time
+		for _, i := range fleet.members(id) {
+			ns := sig[i]
+			if ns == nil || !ns.inWindow || !ns.last.After(m.CooledDown) {
+				continue
+			}
+			if _, ack := st.Acknowledged[fleet.names[i]]; ack {
+				continue
+			}
+			failing = append(failing, fleet.names[i])
+			if first.IsZero() || ns.first.Before(first) {
+				first = ns.first
+			}
+			if ns.last.After(last) {
+				last = ns.last
+			}
+		}
+		if len(failing) == 0 {
+			continue
+		}
+		slices.Sort(failing)
+		ev := m.Evidence
+		ev.At, ev.WindowSeconds, ev.CohortNodes, ev.CohortFailing = now, cfg.Window.Seconds(), fleet.CohortSize(c), len(failing)
+		ev.FirstFailure, ev.LastFailure, ev.Failing = first, last, failing[:min(len(failing), maxEvidenceNodes)]
+		halt := slices.Contains(cfg.RolloutKeys, c.Key)
+		st.Cohorts[name] = Breaker{Scope: ScopeCohort, Cohort: name, Since: now, LastFailure: last, HaltRollout: halt, Evidence: ev}
+		delete(st.Remembered, name)
+		ds = append(ds, Decision{At: now, Scope: ScopeCohort, Cohort: name, From: Closed, To: Open,
+			Cause: CauseRemembered, Actor: Actor, HaltRollout: halt, Evidence: ev,
+			Message: fmt.Sprintf("breaker %s re-tripped: %s failed after the breaker cooled down at %s while %s is still installed on %d nodes (memory %s)",
+				name, failing[0], m.CooledDown.Format(time.RFC3339), name, ev.CohortNodes, cfg.Memory)})
+	}
+	return ds
+}
+
+// replacements trips the NodePool breaker of replacement machines that
+// failed the same way as the nodes they replaced, when there are at least
+// Config.ReplacementFailures of them in the window and no open breaker of
+// theirs explains them already.
+func (p *Policy) replacements(now time.Time, fleet *Fleet, sig map[int32]*nodeSignals, st *State) []Decision {
+	cfg := p.cfg
+	if cfg.ReplacementFailures < 1 {
+		return nil
+	}
+	open := openIDs(fleet, st.Cohorts)
+	failing := map[string][]string{} // pool cohort -> failing replacements
+	var last = map[string]time.Time{}
+	for i, ns := range sig {
+		if !ns.inWindow || !ns.replacement {
+			continue
+		}
+		if _, ack := st.Acknowledged[fleet.names[i]]; ack {
+			continue
+		}
+		explained := false
+		var pool string
+		for _, c := range fleet.nodeCohorts(i) {
+			if c < 0 {
+				continue
+			}
+			if _, ok := open[c]; ok {
+				explained = true
+			}
+			if k := fleet.cohorts[c].Key; k == KeyNodePool || pool == "" && k == KeyCluster {
+				pool = fleet.cohorts[c].String()
+			}
+		}
+		if explained || pool == "" {
+			continue
+		}
+		failing[pool] = append(failing[pool], fleet.names[i])
+		if ns.last.After(last[pool]) {
+			last[pool] = ns.last
+		}
+	}
+	pools := make([]string, 0, len(failing))
+	for pool := range failing {
+		pools = append(pools, pool)
+	}
+	slices.Sort(pools)
+	var ds []Decision
+	for _, pool := range pools {
+		nodes := failing[pool]
+		if len(nodes) < cfg.ReplacementFailures {
+			continue
+		}
+		slices.Sort(nodes)
+		c, _ := ParseCohort(pool)
+		ev := Evidence{At: now, WindowSeconds: cfg.Window.Seconds(), CohortNodes: fleet.CohortSize(c), CohortFailing: len(nodes),
+			LastFailure: last[pool], Failing: nodes[:min(len(nodes), maxEvidenceNodes)]}
+		st.Cohorts[pool] = Breaker{Scope: ScopeCohort, Cohort: pool, Since: now, LastFailure: last[pool], Evidence: ev}
+		ds = append(ds, Decision{At: now, Scope: ScopeCohort, Cohort: pool, From: Closed, To: Open,
+			Cause: CauseReplacementFailed, Actor: Actor, Evidence: ev,
+			Message: fmt.Sprintf("breaker %s tripped: %d replacement node(s) failed the same way as the nodes they replaced (%s): the cause is not the machines",
+				pool, len(nodes), strings.Join(ev.Failing, ", "))})
+	}
+	return ds
 }
 
 // round is one greedy round of Evaluate.
@@ -808,6 +989,7 @@ func Resume(st State, cohort, actor, reason string, now time.Time) (State, Decis
 		delete(out.Cohorts, cohort)
 	}
 	out.Resumed[cohort] = now
+	delete(out.Remembered, cohort) // a human looked at it and accepted it
 	ev := b.Evidence
 	ev.At = now
 	return out, Decision{At: now, Scope: b.Scope, Cohort: cohort, From: Open, To: Closed, Cause: CauseResumed,

@@ -469,3 +469,132 @@ func TestFisher(t *testing.T) {
 		t.Errorf("jeffreysRate(0, 704) = %g, want > 0", r)
 	}
 }
+
+// TestMemory: a driver cohort whose breaker cooled down while the driver is
+// still installed re-trips on its first new failure; a human resume, the
+// driver leaving the fleet, or Memory passing forgets it.
+func TestMemory(t *testing.T) {
+	t.Parallel()
+	p, err := NewPolicy(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := gen(
+		pool{name: "render", prefix: "node-b", zones: map[string]int{"zone-a": 235, "zone-b": 235, "zone-c": 234}, attrs: map[string]string{KeyDriverVersion: "580.159.03"}},
+		pool{name: "render-canary", prefix: "node-r", zones: map[string]int{"zone-a": 16, "zone-b": 16, "zone-c": 16}, attrs: map[string]string{KeyDriverVersion: "610.57.04"}},
+	)
+	fleet := p.Fleet(nodes)
+	const cohort = "driver_version=610.57.04"
+	var sigs []Signal
+	fail := func(at time.Duration, ns ...string) {
+		for _, n := range ns {
+			sigs = append(sigs, Signal{Node: n, At: t0.Add(at)})
+		}
+	}
+	fail(0, names("node-r", 1, 8)...)
+	st, _ := p.Evaluate(t0.Add(time.Minute), fleet, sigs, State{})
+	if _, ok := st.Open(cohort); !ok {
+		t.Fatalf("no trip: %v", st.OpenCohorts())
+	}
+	st, ds := p.Evaluate(t0.Add(30*time.Minute), fleet, sigs, st)
+	if _, ok := st.Open(cohort); ok || len(ds) != 1 || ds[0].Cause != CauseCooledDown {
+		t.Fatalf("want a cool-down, got open %v, decisions %+v", st.OpenCohorts(), ds)
+	}
+	if _, ok := st.Remembered[cohort]; !ok {
+		t.Fatalf("cooled-down driver cohort not remembered: %+v", st.Remembered)
+	}
+	// One failure two hours later, far below MinFailing: it re-trips.
+	fail(2*time.Hour, "node-r20")
+	st2, ds := p.Evaluate(t0.Add(2*time.Hour+time.Minute), fleet, sigs, st)
+	if _, ok := st2.Open(cohort); !ok || len(ds) != 1 || ds[0].Cause != CauseRemembered {
+		t.Fatalf("want a remembered re-trip, got open %v, decisions %+v", st2.OpenCohorts(), ds)
+	}
+	if ok, _ := Allows(st2, nodes[len(nodes)-1]); ok {
+		t.Error("a node of the remembered driver may be repaired")
+	}
+	// A failure on another driver does not re-trip it.
+	other := append(slices.Clone(sigs[:8]), Signal{Node: "node-b1", At: t0.Add(2 * time.Hour)})
+	if st3, _ := p.Evaluate(t0.Add(2*time.Hour+time.Minute), fleet, other, st); len(st3.Cohorts) != 0 {
+		t.Errorf("a failure outside the cohort re-tripped %v", st3.OpenCohorts())
+	}
+	// Memory passes: forgotten.
+	late := append(slices.Clone(sigs[:8]), Signal{Node: "node-r20", At: t0.Add(25 * time.Hour)})
+	if st4, _ := p.Evaluate(t0.Add(25*time.Hour+time.Minute), fleet, late, st); len(st4.Cohorts) != 0 || len(st4.Remembered) != 0 {
+		t.Errorf("memory did not expire: open %v, remembered %v", st4.OpenCohorts(), st4.Remembered)
+	}
+	// The driver is rolled back everywhere: forgotten.
+	rolled := p.Fleet(gen(pool{name: "render", prefix: "node-b", zones: map[string]int{"zone-a": 235}, attrs: map[string]string{KeyDriverVersion: "580.159.03"}}))
+	if st5, _ := p.Evaluate(t0.Add(2*time.Hour+time.Minute), rolled, sigs, st); len(st5.Remembered) != 0 {
+		t.Errorf("a driver no longer installed is still remembered: %v", st5.Remembered)
+	}
+	// A human resume forgets it.
+	st6, _, err := Resume(st2, cohort, "oncall", "driver cleared by vendor", t0.Add(2*time.Hour+2*time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st6, _ = p.Evaluate(t0.Add(2*time.Hour+40*time.Minute), fleet, sigs, st6)
+	if _, ok := st6.Remembered[cohort]; ok {
+		t.Errorf("resumed cohort is remembered: %v", st6.Remembered)
+	}
+	// Disabled memory: a cool-down is forgotten at once.
+	off, _ := NewPolicy(Config{Memory: -1})
+	st7, _ := off.Evaluate(t0.Add(time.Minute), fleet, sigs[:8], State{})
+	st7, _ = off.Evaluate(t0.Add(30*time.Minute), fleet, sigs[:8], st7)
+	if len(st7.Remembered) != 0 {
+		t.Errorf("memory disabled but remembered %v", st7.Remembered)
+	}
+}
+
+// TestReplacementFailed: a replacement failing the same way trips its
+// NodePool at once, even in a three-node pool where no statistics can; a
+// plain failure of the same pool does not.
+func TestReplacementFailed(t *testing.T) {
+	t.Parallel()
+	p, err := NewPolicy(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fleet := p.Fleet(gen(pool{name: "agentpool", prefix: "aks-node-", zones: map[string]int{"zone-1": 3}}))
+	plain := []Signal{{Node: "aks-node-1", At: t0}}
+	if st, _ := p.Evaluate(t0.Add(time.Minute), fleet, plain, State{}); st.Tripped() {
+		t.Fatalf("a plain failure tripped %v", st.OpenCohorts())
+	}
+	rep := []Signal{{Node: "aks-node-1", At: t0, Replacement: true}}
+	st, ds := p.Evaluate(t0.Add(time.Minute), fleet, rep, State{})
+	if _, ok := st.Open("nodepool=agentpool"); !ok || len(ds) != 1 || ds[0].Cause != CauseReplacementFailed {
+		t.Fatalf("want nodepool=agentpool tripped by the replacement, got %v %+v", st.OpenCohorts(), ds)
+	}
+	if ok, _ := Allows(st, Node{Name: "aks-node-2", Attrs: map[string]string{KeyNodePool: "agentpool"}}); ok {
+		t.Error("another node of the pool may still be replaced")
+	}
+	// Outside the window it is history.
+	if st, _ := p.Evaluate(t0.Add(time.Hour), fleet, rep, State{}); st.Tripped() {
+		t.Errorf("an old replacement failure tripped %v", st.OpenCohorts())
+	}
+	off, _ := NewPolicy(Config{ReplacementFailures: -1})
+	if st, _ := off.Evaluate(t0.Add(time.Minute), off.Fleet(gen(pool{name: "agentpool", prefix: "aks-node-", zones: map[string]int{"zone-1": 3}})), rep, State{}); st.Tripped() {
+		t.Errorf("disabled rule tripped %v", st.OpenCohorts())
+	}
+}
+
+func TestReplacementFailureRule(t *testing.T) {
+	t.Parallel()
+	rep := []Replaced{{Pool: "agentpool", FaultClass: "runtime", At: t0}}
+	joined := t0.Add(10 * time.Minute)
+	for _, tc := range []struct {
+		name        string
+		pool, class string
+		joined, at  time.Time
+		want        bool
+	}{
+		{"same pool, same class, half an hour after joining", "agentpool", "runtime", joined, joined.Add(30 * time.Minute), true},
+		{"another fault class", "agentpool", "gpu-lost", joined, joined.Add(30 * time.Minute), false},
+		{"another pool", "other", "runtime", joined, joined.Add(30 * time.Minute), false},
+		{"a node that joined before the repair", "agentpool", "runtime", t0.Add(-time.Hour), t0.Add(time.Minute), false},
+		{"long after joining", "agentpool", "runtime", joined, joined.Add(DefaultReplacementCycle + time.Minute), false},
+	} {
+		if got := ReplacementFailure(tc.pool, tc.class, tc.joined, tc.at, rep); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

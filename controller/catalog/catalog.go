@@ -73,10 +73,17 @@ func (a Action) Rank() int {
 
 func validAction(a Action) bool { return a == ActionNone || a.Rank() > 0 }
 
-// FaultClasses lists the fault classes of the case corpus (cases/README.md).
+// FaultClasses lists the fault classes of the case corpus (cases/README.md),
+// plus node-os (the node's kernel and filesystems) and storage (a data
+// volume, not the node), added in catalog 1.1.0.
 var FaultClasses = []string{"gpu-lost", "pcie", "memory-uncorrectable", "nvlink", "gpu-hang",
-	"gpu-firmware", "app-error", "driver-regression", "device-plugin", "runtime",
-	"monitoring-plane", "provisioning", "none"}
+	"gpu-firmware", "app-error", "driver-regression", "device-plugin", "runtime", "network",
+	"monitoring-plane", "provisioning", "node-os", "storage", "none"}
+
+// SoftwareClasses are the fault classes of software a node runs rather
+// than its hardware: a new node from the same image has the same fault, so
+// no reason of theirs may replace a node (catalog_test enforces it).
+var SoftwareClasses = map[string]bool{"driver-regression": true, "monitoring-plane": true, "provisioning": true}
 
 // acceleratedClasses are the fault classes of accelerated hardware, whose
 // default toleration is DefaultAcceleratedToleration (DESIGN.md, decision 4).
@@ -99,16 +106,29 @@ type Reason struct {
 	EscalateTo    Action   `json:"escalateTo,omitempty"`
 	Urgency       string   `json:"urgency,omitempty"`
 	// Toleration is a Go duration string; empty means the fault class default.
-	Toleration  string `json:"toleration,omitempty"`
-	Priority    int    `json:"priority,omitempty"`
+	Toleration string `json:"toleration,omitempty"`
+	Priority   int    `json:"priority,omitempty"`
+	// RebootDeadline (a Go duration) bounds a reboot action: a graceful
+	// reboot that has not completed by then is replaced by Fallback. Set
+	// for faults where the shutdown itself can hang (a task stuck in the
+	// GPU driver's lock). Empty: no deadline of the catalog's own.
+	RebootDeadline string `json:"rebootDeadline,omitempty"`
+	// Fallback is what follows a reboot past RebootDeadline: "power-cycle"
+	// (a forced reboot or power cycle; cloud - stop or terminate the
+	// instance).
+	Fallback    string `json:"fallback,omitempty"`
 	Since       string `json:"since"`
 	Deprecated  bool   `json:"deprecated,omitempty"`
 	ReplacedBy  string `json:"replacedBy,omitempty"`
 	Description string `json:"description"`
 	Runbook     string `json:"runbook"`
 
-	toleration time.Duration
+	toleration     time.Duration
+	rebootDeadline time.Duration
 }
+
+// RebootDeadlineDuration is RebootDeadline parsed; 0 when unset.
+func (r Reason) RebootDeadlineDuration() time.Duration { return r.rebootDeadline }
 
 // TolerationDuration is how long a condition with this reason must persist
 // before its repair is executed.
@@ -160,6 +180,9 @@ func Parse(data []byte) (*Catalog, error) {
 		if !contains(FaultClasses, r.FaultClass) {
 			return nil, fmt.Errorf("validate reason catalog: %s: unknown fault class %q", at, r.FaultClass)
 		}
+		if SoftwareClasses[r.FaultClass] && (r.Action == ActionReplace || r.EscalateTo == ActionReplace) {
+			return nil, fmt.Errorf("validate reason catalog: %s: fault class %s is software: a replacement gets the same fault", at, r.FaultClass)
+		}
 		r.toleration = DefaultOtherToleration
 		if acceleratedClasses[r.FaultClass] {
 			r.toleration = DefaultAcceleratedToleration
@@ -170,6 +193,16 @@ func Parse(data []byte) (*Catalog, error) {
 				return nil, fmt.Errorf("validate reason catalog: %s: toleration %q is not a duration", at, r.Toleration)
 			}
 			r.toleration = d
+		}
+		if r.RebootDeadline != "" {
+			d, err := time.ParseDuration(r.RebootDeadline)
+			if err != nil || d <= 0 {
+				return nil, fmt.Errorf("validate reason catalog: %s: rebootDeadline %q is not a positive duration", at, r.RebootDeadline)
+			}
+			r.rebootDeadline = d
+		}
+		if (r.Fallback == "") != (r.RebootDeadline == "") || r.Fallback != "" && r.Fallback != "power-cycle" {
+			return nil, fmt.Errorf("validate reason catalog: %s: fallback %q needs a rebootDeadline and must be power-cycle", at, r.Fallback)
 		}
 		c.byCode[r.Code] = *r
 	}

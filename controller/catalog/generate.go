@@ -54,7 +54,11 @@ func GenerateMarkdown(c *Catalog) []byte {
 		if r.Deprecated {
 			code += " (deprecated, use `" + r.ReplacedBy + "`)"
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", code, r.Severity, r.FaultClass, r.Action,
+		action := string(r.Action)
+		if r.Fallback != "" {
+			action += " (deadline " + r.RebootDeadlineDuration().String() + ", then " + r.Fallback + ")"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", code, r.Severity, r.FaultClass, action,
 			dash(string(r.EscalateTo)), dash(r.Urgency), tol, dash(r.ConditionType), r.Since, esc(r.Description), esc(r.Runbook))
 	}
 	return b.Bytes()

@@ -3,7 +3,7 @@
 package catalog
 
 // Version is the version of the embedded reason catalog.
-const Version = "1.0.0"
+const Version = "1.1.0"
 
 // Reason codes, one per catalog entry.
 const (
@@ -65,4 +65,44 @@ const (
 	ReasonXidUnclassified = "XidUnclassified"
 	// ReasonMonitoringPlaneUnavailable (event, monitoring-plane, none): The agent cannot reach one of its data sources (DCGM host engine, NVML); the node's health is unknown, not failing.
 	ReasonMonitoringPlaneUnavailable = "MonitoringPlaneUnavailable"
+	// ReasonDriverVersionMismatch (condition, driver-regression, reboot): The loaded NVIDIA kernel module and the user-space driver libraries differ (NVML "Driver/library version mismatch", NVRM "API mismatch", a container prestart hook failing on it); running jobs keep working, every new GPU client fails.
+	ReasonDriverVersionMismatch = "DriverVersionMismatch"
+	// ReasonDriverImageDefect (condition, driver-regression, none): The node's driver cannot work with this image - the GSP firmware file is missing, the module was built for another kernel, or the driver branch does not support the GPU.
+	ReasonDriverImageDefect = "DriverImageDefect"
+	// ReasonDriverInitFailedAfterChange (condition, driver-regression, reboot): GPU initialisation failed (RmInitAdapter, GSP firmware bring-up) in the first boot with a new driver version on this node, or on several GPUs at once; the driver, not a GPU, is the suspect.
+	ReasonDriverInitFailedAfterChange = "DriverInitFailedAfterChange"
+	// ReasonDriverNotLoaded (condition, driver-regression, reboot): No NVIDIA kernel module answers (nvidia-smi "couldn't communicate with the NVIDIA driver", NVML "Driver Not Loaded") while no GPU is reported lost - typically a kernel upgrade without the module rebuilt.
+	ReasonDriverNotLoaded = "DriverNotLoaded"
+	// ReasonNVSwitchFatalError (condition, nvlink, reboot): An NVSwitch reported a fatal SXid, or a non-fatal one NVIDIA's SXid catalogue lists with a system restart as recovery (SXid 12028 stalls the GPU's NVLink traffic); GPU Xids of the same second are part of it.
+	ReasonNVSwitchFatalError = "NVSwitchFatalError"
+	// ReasonNVSwitchNonFatalError (event, nvlink, none): An NVSwitch reported a non-fatal SXid that its catalogue entry does not ask to act on.
+	ReasonNVSwitchNonFatalError = "NVSwitchNonFatalError"
+	// ReasonFabricNotReady (condition, nvlink, reboot): A GPU did not join the NVLink fabric (Fabric Manager / NVML fabric state not Completed, or an error status) after the boot grace.
+	ReasonFabricNotReady = "FabricNotReady"
+	// ReasonGPUDriverHang (condition, gpu-hang, reboot): A task is stuck inside the NVIDIA driver (a hung-task report or a lockup with [nvidia] frames); every later NVML or CUDA caller blocks too.
+	ReasonGPUDriverHang = "GPUDriverHang"
+	// ReasonKernelLockup (condition, node-os, reboot): The kernel reported a soft or hard CPU lockup or an RCU stall outside the GPU driver.
+	ReasonKernelLockup = "KernelLockup"
+	// ReasonKernelHungTask (event, node-os, none): A task was blocked for longer than the kernel's hung-task timeout with no GPU driver frames on its stack (storage, network filesystem or kernel).
+	ReasonKernelHungTask = "KernelHungTask"
+	// ReasonNodeFilesystemFailure (condition, node-os, reboot): A filesystem of the node itself (root, /var, the kubelet or runtime state, the ephemeral volume) shut down, failed or was remounted read-only.
+	ReasonNodeFilesystemFailure = "NodeFilesystemFailure"
+	// ReasonStorageVolumeError (event, storage, none): A filesystem on a data volume (a PersistentVolume, a network block device) reported an error; the node is not at fault, or the agent could not tell which volume it is.
+	ReasonStorageVolumeError = "StorageVolumeError"
+	// ReasonSystemDaemonOOMKilled (condition, node-os, reboot): The kernel's global OOM killer killed a system daemon (kubelet, the container runtime, the GPU driver's daemons, the agent).
+	ReasonSystemDaemonOOMKilled = "SystemDaemonOOMKilled"
+	// ReasonNICFirmwareFault (condition, network, reboot): A ConnectX (mlx5) or EFA NIC's firmware failed (health compromised, fatal error, commands timing out or failing with bad system state).
+	ReasonNICFirmwareFault = "NICFirmwareFault"
+	// ReasonNICLinkFlap (event, network, none): A NIC port lost its link.
+	ReasonNICLinkFlap = "NICLinkFlap"
+	// ReasonNCCLNetworkError (event, network, none): A job's NCCL reported an RDMA completion error (a retry timeout or a remote error) between this node's NIC and a peer; either end or the switch path between them can be at fault.
+	ReasonNCCLNetworkError = "NCCLNetworkError"
+	// ReasonRDMANetworkDegraded (condition, network, none): The same node reported NCCL RDMA completion errors with several different peers within the repeat window; its NIC or switch port is the common factor.
+	ReasonRDMANetworkDegraded = "RDMANetworkDegraded"
+	// ReasonNodeNotReady (condition, runtime, replace): The kubelet's Ready condition is False or Unknown with no more specific finding on the node; Karpenter's own node repair acts on the same signal.
+	ReasonNodeNotReady = "NodeNotReady"
+	// ReasonNodeTerminating (none, provisioning, none): The Node or its NodeClaim already carries a deletionTimestamp (Karpenter's termination finalizer is draining it); it is leaving, not faulty.
+	ReasonNodeTerminating = "NodeTerminating"
+	// ReasonNodeClaimNotInitialized (none, provisioning, none): A NodeClaim's Node registered but never initialized (Initialized not True - startup taints, resources or the device plugin not ready); it is not capacity yet.
+	ReasonNodeClaimNotInitialized = "NodeClaimNotInitialized"
 )

@@ -80,15 +80,33 @@ func Signals(ds []diagnose.Diagnosis, now time.Time) []breaker.Signal {
 
 // AppendSignals is Signals appending to dst (replays reuse one buffer).
 func AppendSignals(dst []breaker.Signal, ds []diagnose.Diagnosis, now time.Time) []breaker.Signal {
+	return AppendReplacementSignals(dst, ds, now, nil, nil)
+}
+
+// Joined says where and when a node joined: its NodePool (named like the
+// Pool of breaker.Replaced) and the time, zero when unknown.
+type Joined func(cluster, node string) (pool string, at time.Time)
+
+// AppendReplacementSignals is AppendSignals that also marks the new-failure
+// signals of replacement machines failing the same way as the nodes they
+// replaced (Signal.Replacement, by breaker.ReplacementFailure over
+// replaced); joined nil marks none.
+func AppendReplacementSignals(dst []breaker.Signal, ds []diagnose.Diagnosis, now time.Time, joined Joined, replaced []breaker.Replaced) []breaker.Signal {
 	var cluster, name, node string // one name per run of a node's diagnoses
+	var pool string
+	var at time.Time
 	for _, d := range ds {
 		if !IsSignal(d.FaultClass, d.Severity) {
 			continue
 		}
 		if node == "" || d.Cluster != cluster || d.Node != name {
 			cluster, name, node = d.Cluster, d.Node, NodeName(d.Cluster, d.Node)
+			if joined != nil && len(replaced) > 0 {
+				pool, at = joined(d.Cluster, d.Node)
+			}
 		}
-		dst = append(dst, breaker.Signal{Node: node, At: d.LastSeen})
+		rep := len(replaced) > 0 && joined != nil && breaker.ReplacementFailure(pool, d.FaultClass, at, d.LastSeen, replaced)
+		dst = append(dst, breaker.Signal{Node: node, At: d.LastSeen, Replacement: rep})
 		if d.Severity == catalog.SeverityCondition {
 			dst = append(dst, breaker.Signal{Node: node, At: now, Ongoing: true})
 		}

@@ -118,7 +118,7 @@ func TestCases(t *testing.T) {
 			}
 			// must_not: "open two incidents" / "open eight incidents" — the
 			// kernel cases with one faulty component give one condition.
-			if want := map[string]int{"c01": 1, "c02": 1, "c03": 1, "c04": 1, "c09": 1, "c18": 1, "c05": 2}[c.ID]; want != 0 && conditions != want {
+			if want := map[string]int{"c01": 1, "c02": 1, "c03": 1, "c04": 1, "c09": 1, "c18": 1, "c05": 2, "c24": 1, "c25": 1, "c26": 1}[c.ID]; want != 0 && conditions != want {
 				t.Errorf("condition diagnoses = %d, want %d: %+v", conditions, want, ds)
 			}
 		})

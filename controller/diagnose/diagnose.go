@@ -106,6 +106,11 @@ type Diagnosis struct {
 	// Escalated is true when Action was raised because the fault returned.
 	Escalated bool   `json:"escalated,omitempty"`
 	Urgency   string `json:"urgency,omitempty"`
+	// RebootDeadlineSeconds bounds a reboot action (catalog rebootDeadline):
+	// a graceful reboot not completed by then gives way to Fallback
+	// ("power-cycle"). 0 and "" when the reason sets none.
+	RebootDeadlineSeconds int64  `json:"rebootDeadlineSeconds,omitempty"`
+	Fallback              string `json:"fallback,omitempty"`
 	// GPUs are the PCI addresses involved, sorted; empty for node-level faults.
 	GPUs []string `json:"gpus,omitempty"`
 	// TolerationSeconds is how long the condition must persist before the
@@ -150,7 +155,7 @@ type incident struct {
 // priority), then events. An empty result means nothing to report.
 func (e *Engine) Diagnose(in Input) []Diagnosis {
 	current, history := splitBoots(in)
-	sigs := e.classifyAll(current)
+	sigs := e.classifyAll(current, classifyContext{driverChanged: driverChanged(current, history) || manyGPUsFailInit(current)})
 	incidents := e.group(sigs, in.Now)
 
 	hist := e.historyClasses(history)
@@ -201,10 +206,50 @@ func splitBoots(in Input) (current, history []finding.Finding) {
 	return current, history
 }
 
+// classifyContext is what classify needs to know about the rest of the
+// node's findings.
+type classifyContext struct {
+	// driverChanged: this boot runs another driver version than an earlier
+	// one, or several GPUs fail to initialise at once (GPU init failures
+	// then point at the driver, not a GPU).
+	driverChanged bool
+}
+
 // classify maps one finding to zero or one signal.
-func (e *Engine) classify(f *finding.Finding) (signal, bool) {
+func (e *Engine) classify(f *finding.Finding, ctx classifyContext) (signal, bool) {
 	s := signal{gpu: f.GPUPCI, f: f}
 	switch f.Detector {
+	case finding.DetectorDriverVersionMismatch:
+		s.reason, s.nodeLevel = mismatchReason(f), true
+	case finding.DetectorGSPFirmwareMissing:
+		s.reason, s.nodeLevel = catalog.ReasonDriverImageDefect, true
+	case finding.DetectorNVSwitchSXid:
+		s.reason, s.nodeLevel = sxidReason(f), true
+	case finding.DetectorFabricState:
+		if s.reason = fabricStateReason(f); s.reason == "" {
+			return s, false
+		}
+		s.nodeLevel = true
+	case finding.DetectorHungTask, finding.DetectorSoftLockup, finding.DetectorRCUStall:
+		s.reason, s.nodeLevel = stackReason(f), true
+	case finding.DetectorFilesystemError:
+		s.reason, s.nodeLevel = catalog.ReasonStorageVolumeError, true
+		if VolumeRole(f) == "node" {
+			s.reason = catalog.ReasonNodeFilesystemFailure
+		}
+	case finding.DetectorOOMKill:
+		if s.reason = oomReason(f); s.reason == "" {
+			return s, false
+		}
+		s.nodeLevel = true
+	case finding.DetectorNICFirmware:
+		s.reason, s.nodeLevel = catalog.ReasonNICFirmwareFault, true
+	case finding.DetectorNICLink:
+		s.reason = catalog.ReasonNICLinkFlap
+	case finding.DetectorNCCLNetError:
+		s.reason = catalog.ReasonNCCLNetworkError
+	case finding.DetectorNodeTerminating:
+		s.reason, s.nodeLevel = catalog.ReasonNodeTerminating, true
 	case finding.DetectorXid:
 		switch f.Xid {
 		case 45:
@@ -243,9 +288,15 @@ func (e *Engine) classify(f *finding.Finding) (signal, bool) {
 		s.reason = catalog.ReasonPCIeCorrectableErrors
 	case finding.DetectorRmInitFailed:
 		s.reason = catalog.ReasonGPUInitFailed
+		if ctx.driverChanged {
+			s.reason, s.nodeLevel = catalog.ReasonDriverInitFailedAfterChange, true
+		}
 	case finding.DetectorGSPError:
 		s.reason = catalog.ReasonGPUFirmwareError
 		s.attachable = s.gpu == ""
+		if ctx.driverChanged {
+			s.reason, s.nodeLevel, s.attachable = catalog.ReasonDriverInitFailedAfterChange, true, false
+		}
 	case finding.DetectorNVLinkInactive:
 		s.reason, s.nodeLevel = catalog.ReasonNVLinkError, true
 	case finding.DetectorMonitoring:
@@ -259,6 +310,10 @@ func (e *Engine) classify(f *finding.Finding) (signal, bool) {
 		s.reason = catalog.ReasonRowRemapFailure
 	case finding.DetectorNVMLError:
 		s.reason = catalog.ReasonGPULost // "GPU is lost", "Unknown Error": the handle is gone (c11, c12)
+		if s.gpu == "" && driverNotLoaded(f.Attr(finding.AttrError)) {
+			// No module answers at all: the driver, not one GPU.
+			s.reason, s.nodeLevel = catalog.ReasonDriverNotLoaded, true
+		}
 	case finding.DetectorRuntimeWedge:
 		s.reason, s.nodeLevel = catalog.ReasonContainerRuntimeNotReady, true
 	case finding.DetectorDevicePlugin:
@@ -290,7 +345,15 @@ func (e *Engine) classify(f *finding.Finding) (signal, bool) {
 		}
 		s.reason = catalog.ReasonDCGMExporterXidHint
 	case finding.DetectorNodeClaimStatus:
+		if f.Attr(finding.AttrDeletionTimestamp) != "" {
+			s.reason, s.nodeLevel = catalog.ReasonNodeTerminating, true
+			return s, true
+		}
 		if f.Attr("registered") == "True" {
+			if i := f.Attr("initialized"); i != "" && i != "True" {
+				s.reason, s.nodeLevel = catalog.ReasonNodeClaimNotInitialized, true
+				return s, true
+			}
 			return s, false
 		}
 		s.reason, s.nodeLevel = catalog.ReasonNodeClaimNotRegistered, true
@@ -300,6 +363,9 @@ func (e *Engine) classify(f *finding.Finding) (signal, bool) {
 			return s, false
 		}
 		s.nodeLevel = true
+		// The kubelet's NotReady joins a more specific incident of the node
+		// (a runtime wedge says why it is NotReady, c28).
+		s.attachable = s.reason == catalog.ReasonNodeNotReady
 	default:
 		// driver-version, unparsed and detectors newer than these rules carry
 		// no health verdict of their own.
@@ -308,10 +374,10 @@ func (e *Engine) classify(f *finding.Finding) (signal, bool) {
 	return s, true
 }
 
-func (e *Engine) classifyAll(fs []finding.Finding) []signal {
+func (e *Engine) classifyAll(fs []finding.Finding, ctx classifyContext) []signal {
 	out := make([]signal, 0, len(fs))
 	for i := range fs {
-		if s, ok := e.classify(&fs[i]); ok {
+		if s, ok := e.classify(&fs[i], ctx); ok {
 			out = append(out, s)
 		}
 	}
@@ -362,6 +428,34 @@ func (e *Engine) group(sigs []signal, now time.Time) []*incident {
 		}
 		return "gpu/" + s.gpu
 	}
+
+	// Pass 0: the NVLink fabric. SXids of the node's NVSwitches and the GPU
+	// Xids of the same second that the fabric explains (NVLink, Xid 94 and
+	// 137 over NVLink) are one incident, not one per switch and GPU (c25).
+	var sxidTimes []time.Time
+	for _, s := range sigs {
+		if s.f.Detector == finding.DetectorNVSwitchSXid {
+			sxidTimes = append(sxidTimes, s.f.Time)
+		}
+	}
+	nearSXid := func(t time.Time) bool {
+		for _, st := range sxidTimes {
+			if st.IsZero() && t.IsZero() || !st.IsZero() && !t.IsZero() && t.Sub(st).Abs() <= FabricWindow {
+				return true
+			}
+		}
+		return false
+	}
+	rest := sigs[:0:0]
+	for _, s := range sigs {
+		if s.f.Detector == finding.DetectorNVSwitchSXid || len(sxidTimes) > 0 && s.f.Detector == finding.DetectorXid && fabricXid(s.reason) && nearSXid(s.f.Time) {
+			s.attachable = false
+			add(get("node/fabric"), s)
+			continue
+		}
+		rest = append(rest, s)
+	}
+	sigs = rest
 
 	// Pass 1: condition signals that are not attachable form incidents.
 	var attach, events []signal
@@ -426,6 +520,20 @@ func (e *Engine) group(sigs []signal, now time.Time) []*incident {
 			add(inc, s)
 		}
 	}
+	// NCCL completion errors with several peers: the node's NIC path.
+	if rep := repeatedPeers(events, e.repeatProcesses, e.repeatWindow, now); len(rep) > 0 {
+		inc := get("node/" + catalog.ReasonRDMANetworkDegraded)
+		kept := events[:0:0]
+		for _, s := range events {
+			if s.reason == catalog.ReasonNCCLNetworkError {
+				s.reason = catalog.ReasonRDMANetworkDegraded
+				add(inc, s)
+				continue
+			}
+			kept = append(kept, s)
+		}
+		events = kept
+	}
 	// Events: one diagnosis per reason, GPU and Xid.
 	for _, s := range events {
 		add(get(fmt.Sprintf("event/%s/%s/%d", s.reason, s.gpu, s.f.Xid)), s)
@@ -446,7 +554,10 @@ func (e *Engine) repeatedAppXids(sigs []signal, now time.Time) map[string][]sign
 	}
 	groups := map[key][]signal{}
 	for _, s := range sigs {
-		if s.reason == catalog.ReasonXidApplicationError && s.gpu != "" {
+		// A secondary Xid (45: the driver tearing down the channels of a
+		// process after another error) is a consequence, never evidence
+		// that the GPU keeps failing.
+		if s.reason == catalog.ReasonXidApplicationError && s.gpu != "" && s.f.Attr(finding.AttrSecondary) != "true" && s.f.Xid != 45 {
 			groups[key{s.gpu, s.f.Xid}] = append(groups[key{s.gpu, s.f.Xid}], s)
 		}
 	}
@@ -505,7 +616,7 @@ func (e *Engine) hasNonAttachable(inc *incident) bool {
 // earlier boots, keyed by GPU ("" for node-level signals).
 func (e *Engine) historyClasses(history []finding.Finding) map[string]map[string]bool {
 	out := map[string]map[string]bool{}
-	for _, s := range e.classifyAll(history) {
+	for _, s := range e.classifyAll(history, classifyContext{}) {
 		r := e.cat.MustLookup(s.reason)
 		if r.Severity != catalog.SeverityCondition {
 			continue
@@ -533,6 +644,9 @@ func (e *Engine) toDiagnosis(in Input, inc *incident, hist map[string]map[string
 	if r.Severity == catalog.SeverityCondition {
 		d.ConditionType = r.ConditionType
 		d.TolerationSeconds = int64(r.TolerationDuration() / time.Second)
+	}
+	if r.Fallback != "" && r.Action == catalog.ActionReboot {
+		d.RebootDeadlineSeconds, d.Fallback = int64(r.RebootDeadlineDuration()/time.Second), r.Fallback
 	}
 	recoveries, initAttempts := 0, 0
 	for _, s := range inc.signals {

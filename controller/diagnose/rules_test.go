@@ -64,6 +64,10 @@ func TestRules(t *testing.T) {
 			reason:   catalog.ReasonXidApplicationError, severity: catalog.SeverityEvent, action: catalog.ActionNone},
 		{name: "xid 45 caused by an NVLink xid is an NVLink fault", boot: "b1", findings: []finding.Finding{fx("b1", 0, 45, g1, "caused_by", "145")},
 			reason: catalog.ReasonNVLinkError, severity: catalog.SeverityCondition, action: catalog.ActionReboot},
+		{name: "secondary xid 45 of many processes never repeats into a condition", boot: "b1", findings: []finding.Finding{
+			fx("b1", 0, 45, g1, "pid", "1", "secondary", "true"), fx("b1", time.Second, 45, g1, "pid", "2", "secondary", "true"),
+			fx("b1", 2*time.Second, 45, g1, "pid", "3", "secondary", "true"), fx("b1", 3*time.Second, 45, g1, "pid", "4", "secondary", "true")},
+			reason: catalog.ReasonXidApplicationError, severity: catalog.SeverityEvent, action: catalog.ActionNone},
 		{name: "xid 45 caused by xid 13 stays an event", boot: "b1", findings: []finding.Finding{fx("b1", 0, 45, g1, "caused_by", "13")},
 			reason: catalog.ReasonXidApplicationError, severity: catalog.SeverityEvent, action: catalog.ActionNone},
 		{name: "xid 154 node reboot required raises a reset-class fault to reboot", boot: "b1",

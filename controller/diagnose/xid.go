@@ -67,6 +67,10 @@ var readinessConditions = map[string]bool{
 	"StorageReady": true, "NetworkingReady": true,
 }
 
+// (Problem-style types mapped below: KernelDeadlock, ReadonlyFilesystem,
+// FilesystemCorruption, CorruptDockerOverlay2, FrequentKubeletRestart are
+// node-problem-detector's default monitors.)
+
 // monitoringReasons are vendor condition reasons that describe the monitor,
 // not the hardware: a monitor that cannot reach DCGM says nothing about the
 // GPUs (case c20).
@@ -77,6 +81,16 @@ var monitoringReasons = map[string]bool{"DCGMError": true, "DCGMConnectionError"
 // when the condition carries no verdict: healthy polarity, status Unknown
 // (startup grace, case c21), or a condition type fleetrepair does not act on.
 func nodeConditionReason(typ, status, reason string) string {
+	if typ == "Ready" {
+		// The kubelet's own readiness: False (KubeletNotReady) or Unknown
+		// (the node stopped posting status) are both a signal, the same one
+		// Karpenter's node repair acts on. Its toleration is the startup
+		// grace: a node that just joined is not yet Ready.
+		if status == "False" || status == "Unknown" {
+			return catalog.ReasonNodeNotReady
+		}
+		return ""
+	}
 	bad := status == "True"
 	if readinessConditions[typ] {
 		bad = status == "False"
@@ -93,8 +107,16 @@ func nodeConditionReason(typ, status, reason string) string {
 	switch typ {
 	case "AcceleratedHardwareReady", "XIDError", "GPUProblem", "GpuProblem":
 		return catalog.ReasonVendorAcceleratedHardwareNotReady
-	case "ContainerRuntimeReady", "ContainerRuntimeProblem", "FrequentContainerdRestart", "FrequentDockerRestart":
+	case "ContainerRuntimeReady", "ContainerRuntimeProblem", "FrequentContainerdRestart", "FrequentDockerRestart", "FrequentKubeletRestart", "CorruptDockerOverlay2":
 		return catalog.ReasonContainerRuntimeNotReady
+	case "KernelReady", "KernelDeadlock":
+		// EKS node monitoring agent's KernelReady=False, node-problem-
+		// detector's KernelDeadlock=True (a task hung in D state).
+		return catalog.ReasonKernelLockup
+	case "ReadonlyFilesystem", "FilesystemCorruption":
+		// node-problem-detector: the root (node) filesystem remounted
+		// read-only or corrupt.
+		return catalog.ReasonNodeFilesystemFailure
 	}
 	return "" // NetworkUnavailable and others: not a repair signal of ours
 }

@@ -70,6 +70,10 @@ type NodeInfo struct {
 	Created time.Time
 	// Taints are the keys of the Node's taints.
 	Taints []string
+	// Deleting is the Node's deletionTimestamp: zero while it is not being
+	// deleted. A deleting node is leaving (Karpenter's termination
+	// finalizer drains it): not capacity, not a breaker cohort member.
+	Deleting time.Time
 }
 
 func nodeInfo(n *corev1.Node) NodeInfo {
@@ -84,6 +88,9 @@ func nodeInfo(n *corev1.Node) NodeInfo {
 		KernelVersion: n.Status.NodeInfo.KernelVersion,
 		OSImage:       n.Status.NodeInfo.OSImage,
 		Created:       n.CreationTimestamp.Time,
+	}
+	if n.DeletionTimestamp != nil {
+		info.Deleting = n.DeletionTimestamp.Time
 	}
 	for _, t := range n.Spec.Taints {
 		info.Taints = append(info.Taints, t.Key)

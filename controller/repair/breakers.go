@@ -13,6 +13,7 @@ import (
 	"github.com/fleetrepair/fleetrepair/controller/decide"
 	"github.com/fleetrepair/fleetrepair/controller/diagnose"
 	"github.com/fleetrepair/fleetrepair/controller/kube"
+	"github.com/fleetrepair/fleetrepair/controller/ledger"
 	"github.com/fleetrepair/fleetrepair/controller/store"
 )
 
@@ -122,10 +123,15 @@ func (r *Reconciler) evaluateBreakers(ctx context.Context, fleet map[string][]ku
 	var bn []breaker.Node
 	for name, infos := range fleet {
 		for _, info := range infos {
+			if !info.Deleting.IsZero() {
+				continue // already leaving: no cohort member, no capacity (c27)
+			}
 			bn = append(bn, r.breakerNode(name, info, byName[name+"/"+info.Name]))
 		}
 	}
 	var active []diagnose.Diagnosis
+	var replaced []breaker.Replaced
+	infos := map[string]kube.NodeInfo{} // by decide.NodeName
 	for name := range r.cfg.Clusters {
 		ds, err := r.cfg.Store.ActiveDiagnoses(ctx, name, "")
 		if err != nil {
@@ -135,8 +141,29 @@ func (r *Reconciler) evaluateBreakers(ctx context.Context, fleet map[string][]ku
 			active = append(active, diagnose.Diagnosis{Cluster: name, Node: d.Node, FaultClass: d.FaultClass,
 				Severity: catalog.Severity(d.Severity), LastSeen: d.LastSeen})
 		}
+		young := false // a node that joined recently enough to be a replacement
+		for _, info := range fleet[name] {
+			infos[decide.NodeName(name, info.Name)] = info
+			if age := now.Sub(info.Created); age >= 0 && age <= breaker.DefaultReplacementCycle {
+				young = true
+			}
+		}
+		if young && len(ds) > 0 {
+			rs, err := r.recentReplacements(ctx, name, now)
+			if err != nil {
+				return fmt.Errorf("evaluate breakers: %w", err)
+			}
+			replaced = append(replaced, rs...)
+		}
 	}
-	signals := decide.Signals(active, now)
+	joined := func(cluster, node string) (string, time.Time) {
+		info, ok := infos[decide.NodeName(cluster, node)]
+		if !ok {
+			return "", time.Time{}
+		}
+		return decide.NodeName(cluster, info.NodePool), info.Created
+	}
+	signals := decide.AppendReplacementSignals(nil, active, now, joined, replaced)
 	for attempt := 0; attempt < 3; attempt++ {
 		prior, v, err := r.loadBreakers(ctx)
 		if err != nil {
@@ -232,4 +259,31 @@ func (r *Reconciler) breakerAllows(ctx context.Context, node heldNode) (bool, st
 	}
 	ok, why := breaker.Allows(st, r.breakerNode(node.cluster, node.info, node.agent))
 	return ok, why, nil
+}
+
+// recentReplacements lists a cluster's repairs that deleted a NodeClaim
+// (executed action replace, not dry run) within three replacement cycles,
+// for breaker.ReplacementFailure; Pool is decide.NodeName(cluster,
+// nodepool). At is the earliest the deletion could have happened (the end
+// of the toleration, else the repair's creation), so a replacement always
+// joined after it. One page (store.MaxListLimit) is read: more replacements
+// than that in a few hours is what the breakers and the budgets exist to
+// stop.
+func (r *Reconciler) recentReplacements(ctx context.Context, cluster string, now time.Time) ([]breaker.Replaced, error) {
+	rs, _, err := r.cfg.Store.ListRepairs(ctx, store.RepairFilter{Cluster: cluster, Since: now.Add(-3 * breaker.DefaultReplacementCycle), Limit: store.MaxListLimit})
+	if err != nil {
+		return nil, fmt.Errorf("list recent replacements: %w", err)
+	}
+	var out []breaker.Replaced
+	for _, rp := range rs {
+		if rp.DryRun || rp.ExecutedAction != string(catalog.ActionReplace) || rp.State != ledger.Deleting && rp.State != ledger.Replaced {
+			continue
+		}
+		at := rp.TolerationUntil
+		if at.IsZero() {
+			at = rp.CreatedAt
+		}
+		out = append(out, breaker.Replaced{Pool: decide.NodeName(cluster, rp.NodePool), FaultClass: rp.FaultClass, At: at})
+	}
+	return out, nil
 }

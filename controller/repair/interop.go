@@ -7,6 +7,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/fleetrepair/fleetrepair/agent/finding"
+	"github.com/fleetrepair/fleetrepair/controller/kube"
+	"github.com/fleetrepair/fleetrepair/controller/lifecycle"
 )
 
 // Interop: conditions that other node agents already set (the EKS node
@@ -19,11 +21,15 @@ import (
 // their record), so they clear when the other agent clears them.
 
 // foreignCondition reports whether a condition was set by another agent and
-// is worth a finding: not the kubelet's own (Ready, *Pressure,
-// NetworkUnavailable: Karpenter and the scheduler handle those), not ours.
+// is worth a finding: not ours, not the kubelet's pressure conditions (the
+// scheduler and eviction handle those), and the kubelet's Ready only while
+// it is False or Unknown (catalog NodeNotReady: a lone NotReady node is
+// repaired after its toleration, a zone of them trips the zone breaker).
 func foreignCondition(c corev1.NodeCondition) bool {
 	switch c.Type {
-	case corev1.NodeReady, corev1.NodeMemoryPressure, corev1.NodeDiskPressure, corev1.NodePIDPressure, corev1.NodeNetworkUnavailable:
+	case corev1.NodeReady:
+		return c.Status != corev1.ConditionTrue
+	case corev1.NodeMemoryPressure, corev1.NodeDiskPressure, corev1.NodePIDPressure, corev1.NodeNetworkUnavailable:
 		return false
 	}
 	return !strings.HasPrefix(string(c.Type), "FleetRepair")
@@ -46,11 +52,24 @@ func conditionFindings(node, bootID string, conds []corev1.NodeCondition) []find
 	return out
 }
 
+// lifecycleFindings are the node's lifecycle facts read from its Node: a
+// deletionTimestamp (node-terminating; NodeTerminating opens no repair). Like
+// the foreign conditions they are not stored; the Node is their record.
+func lifecycleFindings(node, bootID string, info kube.NodeInfo) []finding.Finding {
+	if info.Deleting.IsZero() {
+		return nil
+	}
+	f := lifecycle.TerminatingFinding(node, info.Deleting, nil)
+	f.BootID = bootID
+	f.ID = finding.NewID(f)
+	return []finding.Finding{f}
+}
+
 // anyForeignProblem is the node filter of the periodic scan: nodes with a
 // foreign condition in a state that may carry a verdict.
 func anyForeignProblem(conds []corev1.NodeCondition) bool {
 	for _, c := range conds {
-		if foreignCondition(c) && c.Status != corev1.ConditionUnknown {
+		if foreignCondition(c) && (c.Status != corev1.ConditionUnknown || c.Type == corev1.NodeReady) {
 			return true
 		}
 	}

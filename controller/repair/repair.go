@@ -280,6 +280,7 @@ func (r *Reconciler) ReconcileNode(ctx context.Context, cluster, node string) er
 		}
 	}
 	fs = append(fs, conditionFindings(node, n.BootID, info.Conditions)...)
+	fs = append(fs, lifecycleFindings(node, n.BootID, info)...)
 	ds := r.cfg.Engine.Diagnose(diagnose.Input{Cluster: cluster, Node: node, BootID: n.BootID, Findings: fs, Now: now})
 	ds = r.applyPolicy(ds, info.NodePool)
 	if err := r.recordDiagnoses(ctx, k, n.BootID, node, ds, now); err != nil {

@@ -380,3 +380,29 @@ func TestMinHealthyHoldsDeletion(t *testing.T) {
 		}
 	}
 }
+
+// TestHeldRepairExpires: a repair awaiting approval that nobody decides
+// expires after ApprovalTTL (24 h by default), although every pass
+// reconciles its node again in between.
+func TestHeldRepairExpires(t *testing.T) {
+	e := newEnv(t, false)
+	e.ingest(t, "node-hang", finding.Finding{Detector: finding.DetectorXid, Xid: 109, GPUPCI: "0000:cb:00.0", Evidence: []string{"xid 109"}})
+	e.reconcile(t, "node-hang")
+	e.clock.Add(11 * time.Minute)
+	e.reconcile(t, "node-hang")
+	held := e.open(t, "node-hang")
+	if held.State != ledger.AwaitingApproval {
+		t.Fatalf("repair = %s, want awaiting_approval", held.State)
+	}
+	for i := 0; i < 25; i++ {
+		e.clock.Add(time.Hour)
+		e.reconcile(t, "node-hang")
+	}
+	r, err := e.st.GetRepair(context.Background(), held.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.State != ledger.Expired {
+		t.Fatalf("after 25 h unanswered the repair is %s (updated %s), want expired", r.State, r.UpdatedAt)
+	}
+}

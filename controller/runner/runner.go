@@ -78,6 +78,10 @@ type Options struct {
 	// per source and per agent, shadow reports at once, audit rows); zero
 	// fields take web/api's defaults.
 	Limits api.Limits
+	// FindingRetention drops findings received longer ago than this, one
+	// day's partition at a time (store.MaintainFindings); 0 keeps every
+	// finding. Repairs, their audit and diagnoses are always kept.
+	FindingRetention time.Duration
 	// OIDC configures the dashboard's login (nil: no OIDC login).
 	OIDC *auth.OIDCConfig
 	// DevLogin offers the dashboard's password-less local login: only
@@ -227,6 +231,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		}
 	}
 	g.Go(func() error { return c.rec.Run(ctx) })
+	g.Go(func() error { c.maintainFindings(ctx); return nil })
 	g.Go(func() error { return sweepSessions(ctx, c.Store, c.opts.Now, c.opts.Log) })
 	g.Go(func() error {
 		serve := func() error { return c.srv.Serve(c.ln) }
@@ -251,3 +256,33 @@ func (c *Controller) Run(ctx context.Context) error {
 // Clusters returns what the controller knows of each cluster: API server
 // reachability and, with leader election, whether this replica leads it.
 func (c *Controller) Clusters() []repair.ClusterState { return c.rec.Clusters() }
+
+// FindingsMaintenanceInterval is how often a controller creates the finding
+// partitions ahead and drops those past retention (store.MaintainFindings).
+// Partitions are created a week ahead, so a missed pass or an hour of
+// database outage costs nothing; a finding received outside every created
+// partition lands in the default partition and is moved by the next pass.
+const FindingsMaintenanceInterval = time.Hour
+
+// maintainFindings runs store.MaintainFindings at start and then every
+// FindingsMaintenanceInterval until ctx ends. Every replica runs it; the
+// store serializes concurrent runs. A failed pass is logged and retried at
+// the next.
+func (c *Controller) maintainFindings(ctx context.Context) {
+	t := time.NewTicker(FindingsMaintenanceInterval)
+	defer t.Stop()
+	for {
+		res, err := c.Store.MaintainFindings(ctx, c.opts.Now(), store.FindingsMaintenance{Retention: c.opts.FindingRetention})
+		switch {
+		case err != nil && ctx.Err() == nil:
+			c.opts.Log.Error("maintain finding partitions", "err", err)
+		case res.Created > 0 || len(res.Dropped) > 0 || res.Deleted > 0:
+			c.opts.Log.Info("maintained finding partitions", "created", res.Created, "dropped", res.Dropped, "deleted_default_rows", res.Deleted)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

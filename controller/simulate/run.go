@@ -207,6 +207,9 @@ type simNode struct {
 	history     map[string]bool // "key=value" the node held before (rollback detection)
 	deletions   int
 	monitorDown bool
+	// replacedAt is when this slot's replacement machine joined (zero for
+	// the original machine): breaker.ReplacementFailure's joined.
+	replacedAt time.Time
 
 	// Ground truth since the last recovery or replacement.
 	truth map[Truth]time.Time
@@ -268,6 +271,7 @@ type replay struct {
 	cohortKeys map[string]bool
 	bstate     breaker.State
 	signals    []breaker.Signal
+	replaced   []breaker.Replaced // NodeClaim deletions, for breaker.ReplacementFailure
 	deletedAt  []time.Time
 	nvTripped  bool
 
@@ -795,6 +799,7 @@ func (r *replay) policyStep(t time.Duration, now time.Time) {
 		if !n.deletingAt.IsZero() {
 			if !now.Before(n.deletingAt.Add(r.sc.Parameters.ReplaceDuration)) {
 				r.replace(n)
+				n.replacedAt = now
 			}
 			continue
 		}
@@ -846,7 +851,8 @@ func (r *replay) fleetRepairStep(t time.Duration, now time.Time, candidates []*s
 			continue
 		}
 		from := len(sigs)
-		sigs = decide.AppendSignals(sigs, n.diags, now)
+		joined := func(string, string) (string, time.Time) { return n.attrs[breaker.KeyNodePool], n.replacedAt }
+		sigs = decide.AppendReplacementSignals(sigs, n.diags, now, joined, r.replaced)
 		// A node's signals from before its cohort attributes changed
 		// describe its old configuration (breaker.Signal): dropped.
 		if !n.changedAt.IsZero() {
@@ -1055,6 +1061,7 @@ func (r *replay) delete(n *simNode, t time.Duration, now time.Time) {
 	}
 	r.out.Deletions = append(r.out.Deletions, d)
 	n.deletions++
+	r.replaced = append(r.replaced, breaker.Replaced{Pool: n.attrs[breaker.KeyNodePool], FaultClass: n.head.FaultClass, At: now})
 	clear(n.truth)
 	n.brokenSince = time.Time{}
 	// Karpenter drains the node while it launches the replacement; the old

@@ -10,8 +10,17 @@ import (
 	"github.com/fleetrepair/fleetrepair/agent/finding"
 )
 
+// benchNodes is how many nodes the ingest benchmarks spread their reports
+// over: a fleet, not one node holding every finding.
+const benchNodes = 1000
+
+// benchAgents x GOMAXPROCS goroutines report at once in the parallel
+// benchmarks: the ingest route serves thousands of agents, many in flight.
+const benchAgents = 32
+
 // BenchmarkIngestReport measures IngestReport with batches of 100 new
-// findings from one node (each iteration a new batch: nothing deduplicated).
+// findings, each from the next of benchNodes nodes (each iteration a new
+// batch: nothing deduplicated).
 func BenchmarkIngestReport(b *testing.B) {
 	ctx := context.Background()
 	s := open(b)
@@ -22,42 +31,49 @@ func BenchmarkIngestReport(b *testing.B) {
 	i := 0
 	for b.Loop() {
 		r := base
+		r.Node = fmt.Sprintf("n%d", i%benchNodes)
 		r.Findings = make([]finding.Finding, batch)
 		for j, f := range base.Findings {
 			f.Seq = uint64(i*batch + j)
+			f.Node = r.Node
 			f.ID = fmt.Sprintf("bench-%d-%d", i, j)
 			r.Findings[j] = f
 		}
-		n, err := s.IngestReport(ctx, r, t0.Add(time.Duration(i)*time.Second))
-		if err != nil || n != batch {
-			b.Fatalf("ingest: %d, %v", n, err)
+		n, err := s.IngestReport(ctx, r, t0.Add(time.Duration(i)*time.Millisecond))
+		if err != nil || n.Inserted != batch {
+			b.Fatalf("ingest: %+v, %v", n, err)
 		}
 		i++
 	}
 	b.ReportMetric(float64(batch*b.N)/b.Elapsed().Seconds(), "findings/s")
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "reports/s")
 }
 
 // BenchmarkIngestReportParallel is BenchmarkIngestReport with many agents
-// reporting at once (one node per goroutine), as the ingest endpoint sees it.
+// reporting at once, as the ingest endpoint sees it: each goroutine reports
+// for its own nodes in turn.
 func BenchmarkIngestReportParallel(b *testing.B) {
 	ctx := context.Background()
 	s := open(b)
 	const batch = 100
-	var node atomic.Int64
+	var worker atomic.Int64
+	b.SetParallelism(benchAgents)
 	b.ReportAllocs()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
-		name := fmt.Sprintf("n%d", node.Add(1))
-		base := report("c1", name, "boot-a", batch, t0)
+		w := worker.Add(1)
+		base := report("c1", "n1", "boot-a", batch, t0)
 		i := 0
 		for pb.Next() {
 			r := base
+			r.Node = fmt.Sprintf("w%d-n%d", w, i%benchNodes)
 			r.Findings = make([]finding.Finding, batch)
 			for j, f := range base.Findings {
-				f.ID = fmt.Sprintf("%s-%d-%d", name, i, j)
+				f.Node = r.Node
+				f.ID = fmt.Sprintf("%d-%d-%d", w, i, j)
 				r.Findings[j] = f
 			}
-			if _, err := s.IngestReport(ctx, r, t0.Add(time.Duration(i)*time.Second)); err != nil {
+			if _, err := s.IngestReport(ctx, r, t0.Add(time.Duration(i)*time.Millisecond)); err != nil {
 				b.Error(err)
 				return
 			}
@@ -65,4 +81,39 @@ func BenchmarkIngestReportParallel(b *testing.B) {
 		}
 	})
 	b.ReportMetric(float64(batch*b.N)/b.Elapsed().Seconds(), "findings/s")
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "reports/s")
+}
+
+// BenchmarkIngestHeartbeat measures the steady state of a fleet: reports
+// without findings whose heartbeat changes nothing (the same boot ID,
+// versions and monitor states as the node's previous report), from 10,000
+// nodes in turn, many at once. Each must answer Changed = false.
+// IngestReport writes such reports in groups (heartbeats.go).
+func BenchmarkIngestHeartbeat(b *testing.B) {
+	ctx := context.Background()
+	s := open(b)
+	const nodes = 10000
+	for i := range nodes {
+		r := report("c1", fmt.Sprintf("n%d", i), "boot-a", 0, t0)
+		if _, err := s.IngestReport(ctx, r, t0); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var next atomic.Int64
+	b.SetParallelism(benchAgents)
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			i := next.Add(1)
+			r := report("c1", fmt.Sprintf("n%d", i%nodes), "boot-a", 0, t0)
+			r.SentAt = t0.Add(time.Duration(i) * time.Millisecond)
+			res, err := s.IngestReport(ctx, r, r.SentAt)
+			if err != nil || res.Changed || res.Inserted != 0 {
+				b.Errorf("heartbeat: %+v, %v; want nothing changed", res, err)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "reports/s")
 }

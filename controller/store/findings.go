@@ -19,25 +19,67 @@ const (
 INSERT INTO clusters (name, created_at) VALUES ($1, $2)
 ON CONFLICT (name) DO NOTHING`
 
+	// Every report of a node takes this lock first (released at commit), so
+	// the reports of one node are applied one at a time and each statement
+	// after it sees everything an earlier report committed: the change check
+	// of sqlUpsertNodeFromReport compares with the latest facts, and the
+	// duplicate check of sqlInsertFindings sees every finding stored before.
+	// Reports of different nodes do not wait on each other (a 64-bit hash; a
+	// collision only serializes two nodes). A row lock would not do: a node's
+	// first reports have no row to lock.
+	sqlLockNode = `SELECT pg_advisory_xact_lock(hashtextextended($1 || '/' || $2, 0))`
+
 	// The agent's columns only. A report older (by SentAt) than the newest
 	// one applied, e.g. a retry from the agent's spool, still refreshes
-	// last_seen but does not roll boot_id, versions or heartbeat back.
+	// last_seen but does not roll boot_id, versions or heartbeat back. A
+	// column whose value does not change keeps its stored datum (no new
+	// TOAST value for an unchanged heartbeat); nodes has no index on the
+	// updated columns, so a heartbeat that changes nothing is a HOT update
+	// of one row. It returns whether the agent's facts changed (or the row is
+	// new): the CTE reads the old values, after sqlLockNode.
 	sqlUpsertNodeFromReport = `
+WITH old AS (
+    SELECT cluster, name, boot_id, driver_version, kernel_version, agent_version, heartbeat
+    FROM nodes WHERE cluster = $1 AND name = $2)
 INSERT INTO nodes AS n (cluster, name, boot_id, driver_version, kernel_version, agent_version,
                         heartbeat, last_seen, last_sent_at, created_at, updated_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $8, $8)
-ON CONFLICT (cluster, name) DO UPDATE SET
+{{conflict}}
+RETURNING {{changed}}`
+
+	// sqlNodeConflict is the ON CONFLICT clause of every node upsert from a
+	// report (sqlUpsertNodeFromReport, sqlUpsertNodesFromHeartbeats): one
+	// rule for what a report may change.
+	sqlNodeConflict = `ON CONFLICT (cluster, name) DO UPDATE SET
     last_seen = GREATEST(n.last_seen, excluded.last_seen),
     updated_at = excluded.updated_at,
     boot_id = CASE WHEN {{newer}} AND excluded.boot_id <> '' THEN excluded.boot_id ELSE n.boot_id END,
     driver_version = CASE WHEN {{newer}} AND excluded.driver_version <> '' THEN excluded.driver_version ELSE n.driver_version END,
     kernel_version = CASE WHEN {{newer}} AND excluded.kernel_version <> '' THEN excluded.kernel_version ELSE n.kernel_version END,
     agent_version = CASE WHEN {{newer}} AND excluded.agent_version <> '' THEN excluded.agent_version ELSE n.agent_version END,
-    heartbeat = CASE WHEN {{newer}} AND excluded.heartbeat IS NOT NULL THEN excluded.heartbeat ELSE n.heartbeat END,
+    heartbeat = CASE WHEN {{newer}} AND excluded.heartbeat IS NOT NULL AND excluded.heartbeat IS DISTINCT FROM n.heartbeat
+                     THEN excluded.heartbeat ELSE n.heartbeat END,
     last_sent_at = CASE WHEN {{newer}} THEN COALESCE(excluded.last_sent_at, n.last_sent_at) ELSE n.last_sent_at END`
 
-	// One statement for the whole batch; ON CONFLICT makes resent findings
-	// no-ops, and the affected row count is the number of new ones.
+	// sqlNodeChanged: whether the upserted row n differs in the agent's facts
+	// from its version before the statement (CTE old), or is new.
+	sqlNodeChanged = `NOT EXISTS (
+    SELECT 1 FROM old o
+    WHERE o.cluster = n.cluster AND o.name = n.name
+      AND (o.boot_id, o.driver_version, o.kernel_version, o.agent_version, o.heartbeat)
+          IS NOT DISTINCT FROM (n.boot_id, n.driver_version, n.kernel_version, n.agent_version, n.heartbeat))`
+
+	// One statement for the whole batch. A finding already stored for the
+	// same node (a resent report) is skipped: findings are unique per
+	// (cluster, node, id), and the first copy of a resend was received at or
+	// after $15 (see dedupSince), which bounds the partitions probed. The
+	// affected row count is the number of new findings.
+	//
+	// The stored IDs are looked up first, once, with the whole ID array on
+	// the primary key or the node's timeline, in the partitions from $15 to
+	// $16 (now + DedupClockSkew: another replica's clock may be ahead, but
+	// the partitions created days ahead are empty) only, not as an anti-join
+	// the planner may turn into a scan of every partition.
 	sqlInsertFindings = `
 INSERT INTO findings (id, cluster, node, boot_id, detector, gpu_pci, device_pci, xid, count,
                       attrs, evidence, seq, observed_at, received_at)
@@ -46,26 +88,29 @@ SELECT u.id, $1, $2, u.boot_id, u.detector, u.gpu_pci, u.device_pci, u.xid, u.co
 FROM unnest($4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::int[], $10::int[],
             $11::jsonb[], $12::jsonb[], $13::bigint[], $14::timestamptz[])
      AS u(id, boot_id, detector, gpu_pci, device_pci, xid, count, attrs, evidence, seq, observed_at)
-ON CONFLICT (cluster, id) DO NOTHING`
+WHERE u.id <> ALL (ARRAY(
+    SELECT f.id FROM findings f
+    WHERE f.cluster = $1 AND f.node = $2 AND f.id = ANY ($4::text[])
+      AND f.received_at >= $15::timestamptz AND f.received_at <= $16::timestamptz))`
 
 	findingCols = `id, node, boot_id, detector, gpu_pci, device_pci, xid, count, attrs, evidence, seq, observed_at`
 
 	// Ordered by when the fault happened; findings without that time sort
-	// by when they were received.
+	// by when they were received (findings_node_happened_idx).
 	// The newest $4 matching findings, returned oldest first.
 	sqlFindingsForNode = `
 SELECT ` + findingCols + ` FROM (
     SELECT *, COALESCE(observed_at, received_at) AS happened FROM findings
     WHERE cluster = $1 AND node = $2 AND COALESCE(observed_at, received_at) >= $3
-    ORDER BY happened DESC, id DESC
+    ORDER BY COALESCE(observed_at, received_at) DESC, id DESC
     LIMIT $4) newest
 ORDER BY happened, id`
 
 	sqlFindingsByIDs = `
-SELECT ` + findingCols + ` FROM findings
-JOIN unnest($2::text[]) WITH ORDINALITY AS want(id, ord) USING (id)
-WHERE cluster = $1
-ORDER BY want.ord`
+SELECT DISTINCT ON (want.ord) ` + findingCols + ` FROM findings
+JOIN unnest($3::text[]) WITH ORDINALITY AS want(id, ord) USING (id)
+WHERE cluster = $1 AND node = $2
+ORDER BY want.ord, received_at`
 )
 
 // MaxClockSkew is how far ahead of the controller's clock an agent's SentAt
@@ -88,62 +133,107 @@ var nodeNewer = fmt.Sprintf(`(excluded.last_sent_at IS NULL OR n.last_sent_at IS
 // MaxFindingsLimit caps the limit of FindingsForNode.
 const MaxFindingsLimit = 10000
 
-// IngestReport stores one agent Report in a single transaction: it creates
-// the cluster row if needed, upserts the node's agent facts (boot ID,
-// last_seen = now, heartbeat, driver/kernel/agent version when given) and
-// inserts the findings. A finding whose ID is already stored is skipped, so
-// a resent report is harmless; inserted counts the new findings. Either all
-// of the report is stored or none of it (a finding the schema refuses, e.g.
-// count 0, fails the whole report with ErrInvalid).
+// Bounds of the duplicate check of IngestReport. The first copy of a resent
+// finding was received after the agent observed it, give or take the
+// agent's clock error, so only partitions from (observed time -
+// DedupClockSkew) on are probed. A finding without an observed time is
+// checked against the findings received in the last DedupUntimedWindow.
+// A resend outside these bounds (an agent clock more than DedupClockSkew
+// ahead, or an untimed finding resent after a week) is stored a second time:
+// a duplicate, never a loss.
+const (
+	DedupClockSkew     = 24 * time.Hour
+	DedupUntimedWindow = 7 * 24 * time.Hour
+)
+
+// IngestResult is what IngestReport did.
+type IngestResult struct {
+	// Inserted is the number of the report's findings stored for the first
+	// time (resent ones excluded): the `inserted` of the ingest answer.
+	Inserted int
+	// Changed is whether the node's agent facts changed: the node row is new,
+	// or the boot ID, a version or the heartbeat's content (monitor states,
+	// GPU inventory, ...) differs from what was stored. A heartbeat that
+	// changes nothing only refreshes last_seen, and the reconciler need not
+	// look at the node again.
+	Changed bool
+}
+
+// IngestReport stores one agent Report atomically in one round trip to
+// PostgreSQL (a pipelined batch of two or three statements in an implicit
+// transaction): it creates the cluster row the first time this Store sees
+// the cluster, takes the node's lock, upserts the node's agent
+// facts (boot ID, last_seen = now, heartbeat, driver/kernel/agent version
+// when given) and inserts the findings. Findings are unique per (cluster,
+// node, id): one already stored for this node (a resent report) is skipped,
+// so a resent report is harmless, while another node's finding with the
+// same ID is stored. Either all of the report is stored or none of it (a
+// finding the schema refuses, e.g. count 0, fails the whole report with
+// ErrInvalid); a database that cannot be reached is ErrUnavailable.
+//
+// A report without findings (a heartbeat) is written together with the
+// heartbeats of other nodes waiting at the same moment (heartbeats.go), with
+// the same effect and answer as alone.
 //
 // The caller validates the report first (finding.Report.Validate); the store
-// fills a finding's empty Node and BootID from the report. The driver version
+// fills a finding's empty Node and BootID from the report, and keeps the
+// first of findings repeating an ID within the report. The driver version
 // comes from the heartbeat, else from a driver-version finding.
-func (s *Store) IngestReport(ctx context.Context, r finding.Report, now time.Time) (inserted int, err error) {
+func (s *Store) IngestReport(ctx context.Context, r finding.Report, now time.Time) (IngestResult, error) {
 	if r.Cluster == "" || r.Node == "" {
-		return 0, invalidf("ingest report: cluster and node are required")
+		return IngestResult{}, invalidf("ingest report: cluster and node are required")
 	}
 	n := len(r.Findings)
 	var (
-		ids, bootIDs, detectors, gpuPCIs, devicePCIs = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		xids, counts                                 = make([]int32, n), make([]int32, n)
-		attrs, evidence                              = make([][]byte, n), make([][]byte, n)
-		seqs                                         = make([]int64, n)
-		observed                                     = make([]*time.Time, n)
+		ids, bootIDs, detectors, gpuPCIs, devicePCIs = make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
+		xids, counts                                 = make([]int32, 0, n), make([]int32, 0, n)
+		attrs, evidence                              = make([][]byte, 0, n), make([][]byte, 0, n)
+		seqs                                         = make([]int64, 0, n)
+		observed                                     = make([]*time.Time, 0, n)
+		seen                                         = make(map[string]bool, n)
+		since                                        = now
+		err                                          error
 	)
 	driver := ""
-	for i, f := range r.Findings {
+	for _, f := range r.Findings {
 		if f.Node != "" && f.Node != r.Node {
-			return 0, invalidf("ingest report: finding %s is for node %q, not the report's node %q", f.ID, f.Node, r.Node)
+			return IngestResult{}, invalidf("ingest report: finding %s is for node %q, not the report's node %q", f.ID, f.Node, r.Node)
 		}
 		if f.Xid > math.MaxInt32 || f.Count > math.MaxInt32 || f.Xid < math.MinInt32 || f.Count < math.MinInt32 {
-			return 0, invalidf("ingest report: finding %s: xid or count out of range", f.ID)
+			return IngestResult{}, invalidf("ingest report: finding %s: xid or count out of range", f.ID)
 		}
 		if f.Seq > math.MaxInt64 {
-			return 0, invalidf("ingest report: finding %s: seq %d out of range", f.ID, f.Seq)
-		}
-		ids[i], detectors[i], gpuPCIs[i], devicePCIs[i] = f.ID, f.Detector, f.GPUPCI, f.DevicePCI
-		bootIDs[i] = f.BootID
-		if bootIDs[i] == "" {
-			bootIDs[i] = r.BootID
-		}
-		xids[i], counts[i], seqs[i] = int32(f.Xid), int32(f.Count), int64(f.Seq)
-		observed[i] = nullTime(f.Time)
-		if attrs[i], err = marshalOr(f.Attrs, "{}"); err != nil {
-			return 0, invalidf("ingest report: encode attrs of finding %s", f.ID)
-		}
-		if evidence[i], err = marshalOr(f.Evidence, "[]"); err != nil {
-			return 0, invalidf("ingest report: encode evidence of finding %s", f.ID)
+			return IngestResult{}, invalidf("ingest report: finding %s: seq %d out of range", f.ID, f.Seq)
 		}
 		if f.Detector == finding.DetectorDriverVersion && f.Attr(finding.AttrValue) != "" {
 			driver = f.Attr(finding.AttrValue)
 		}
+		if seen[f.ID] {
+			continue
+		}
+		seen[f.ID] = true
+		a, err := marshalOr(f.Attrs, "{}")
+		if err != nil {
+			return IngestResult{}, invalidf("ingest report: encode attrs of finding %s", f.ID)
+		}
+		e, err := marshalOr(f.Evidence, "[]")
+		if err != nil {
+			return IngestResult{}, invalidf("ingest report: encode evidence of finding %s", f.ID)
+		}
+		boot := f.BootID
+		if boot == "" {
+			boot = r.BootID
+		}
+		ids, detectors, gpuPCIs, devicePCIs = append(ids, f.ID), append(detectors, f.Detector), append(gpuPCIs, f.GPUPCI), append(devicePCIs, f.DevicePCI)
+		bootIDs, xids, counts, seqs = append(bootIDs, boot), append(xids, int32(f.Xid)), append(counts, int32(f.Count)), append(seqs, int64(f.Seq))
+		observed, attrs, evidence = append(observed, nullTime(f.Time)), append(attrs, a), append(evidence, e)
+		since = earliest(since, dedupSince(f.Time, now))
 	}
 	var hb []byte
 	kernel := ""
 	if r.Heartbeat != nil {
 		if hb, err = json.Marshal(r.Heartbeat); err != nil {
-			return 0, invalidf("ingest report: encode heartbeat")
+			return IngestResult{}, invalidf("ingest report: encode heartbeat")
 		}
 		if r.Heartbeat.DriverVersion != "" {
 			driver = r.Heartbeat.DriverVersion
@@ -151,32 +241,84 @@ func (s *Store) IngestReport(ctx context.Context, r finding.Report, now time.Tim
 		kernel = r.Heartbeat.KernelVersion
 	}
 
-	err = s.inTx(ctx, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, sqlEnsureCluster, r.Cluster, now); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, upsertNodeSQL, r.Cluster, r.Node, r.BootID, driver, kernel,
-			r.AgentVersion, hb, now, nullTime(r.SentAt)); err != nil {
-			return err
-		}
-		if n == 0 {
-			return nil
-		}
-		tag, err := tx.Exec(ctx, sqlInsertFindings, r.Cluster, r.Node, now,
-			ids, bootIDs, detectors, gpuPCIs, devicePCIs, xids, counts, attrs, evidence, seqs, observed)
+	_, knownCluster := s.clusters.Load(r.Cluster)
+	if len(ids) == 0 && knownCluster && s.groups != nil {
+		changed, err := s.groups.submit(ctx, &nodeReport{cluster: r.Cluster, node: r.Node, boot: r.BootID, driver: driver,
+			kernel: kernel, agent: r.AgentVersion, heartbeat: hb, sentAt: nullTime(r.SentAt), now: now})
 		if err != nil {
+			return IngestResult{}, errorf(err, "ingest report from %s/%s", r.Cluster, r.Node)
+		}
+		return IngestResult{Changed: changed}, nil
+	}
+	b := &pgx.Batch{}
+	if !knownCluster {
+		b.Queue(sqlEnsureCluster, r.Cluster, now)
+	}
+	b.Queue(sqlLockNode, r.Cluster, r.Node)
+	b.Queue(upsertNodeSQL, r.Cluster, r.Node, r.BootID, driver, kernel, r.AgentVersion, hb, now, nullTime(r.SentAt))
+	if len(ids) > 0 {
+		b.Queue(sqlInsertFindings, r.Cluster, r.Node, now,
+			ids, bootIDs, detectors, gpuPCIs, devicePCIs, xids, counts, attrs, evidence, seqs, observed, since, now.Add(DedupClockSkew))
+	}
+	var res IngestResult
+	err = func() error {
+		br := s.pool.SendBatch(ctx, b)
+		defer br.Close()
+		for range 2 - btoi(knownCluster) {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+		}
+		if err := br.QueryRow().Scan(&res.Changed); err != nil {
 			return err
 		}
-		inserted = int(tag.RowsAffected())
-		return nil
-	})
+		if len(ids) > 0 {
+			tag, err := br.Exec()
+			if err != nil {
+				return err
+			}
+			res.Inserted = int(tag.RowsAffected())
+		}
+		return br.Close()
+	}()
 	if err != nil {
-		return 0, errorf(err, "ingest report from %s/%s", r.Cluster, r.Node)
+		return IngestResult{}, errorf(err, "ingest report from %s/%s", r.Cluster, r.Node)
 	}
-	return inserted, nil
+	s.clusters.Store(r.Cluster, true) // cluster rows are never deleted
+	return res, nil
 }
 
-var upsertNodeSQL = strings.ReplaceAll(sqlUpsertNodeFromReport, "{{newer}}", nodeNewer)
+// dedupSince is the earliest received_at the first copy of a finding
+// observed at observed (zero: unknown), arriving at now, can have.
+func dedupSince(observed, now time.Time) time.Time {
+	if observed.IsZero() {
+		return now.Add(-DedupUntimedWindow)
+	}
+	return earliest(observed, now).Add(-DedupClockSkew)
+}
+
+func earliest(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+var upsertNodeSQL = nodeUpsert(sqlUpsertNodeFromReport)
+
+// nodeUpsert completes a node upsert statement with the shared conflict
+// clause and change test.
+func nodeUpsert(q string) string {
+	return strings.NewReplacer("{{conflict}}", strings.ReplaceAll(sqlNodeConflict, "{{newer}}", nodeNewer),
+		"{{changed}}", sqlNodeChanged).Replace(q)
+}
 
 func marshalOr[T any](v T, empty string) ([]byte, error) {
 	b, err := json.Marshal(v)
@@ -209,14 +351,16 @@ func (s *Store) FindingsForNode(ctx context.Context, cluster, node string, since
 	return out, nil
 }
 
-// FindingsByIDs returns the stored findings with the given IDs, in the order
-// of ids; IDs not stored (never received, or dropped by retention) are left
-// out.
-func (s *Store) FindingsByIDs(ctx context.Context, cluster string, ids []string) ([]finding.Finding, error) {
+// FindingsByIDs returns the stored findings of one node with the given IDs
+// (finding IDs are unique per node), in the order of ids; IDs not stored
+// (never received, or dropped by retention) are left out. Should a node's
+// finding be stored twice (a resend outside the bounds of IngestReport's
+// duplicate check), the first received is returned.
+func (s *Store) FindingsByIDs(ctx context.Context, cluster, node string, ids []string) ([]finding.Finding, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	rows, err := s.pool.Query(ctx, sqlFindingsByIDs, cluster, ids)
+	rows, err := s.pool.Query(ctx, sqlFindingsByIDs, cluster, node, ids)
 	if err != nil {
 		return nil, errorf(err, "query findings by id")
 	}

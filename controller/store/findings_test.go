@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"sync"
 	"testing"
 	"time"
 
@@ -43,18 +44,23 @@ func TestIngestReportIdempotent(t *testing.T) {
 	s := open(t)
 	r := report("c1", "n1", "boot-a", 100, t0)
 
-	n, err := s.IngestReport(ctx, r, t0.Add(time.Minute))
-	if err != nil || n != 100 {
-		t.Fatalf("first ingest: %d, %v; want 100 new", n, err)
+	res, err := s.IngestReport(ctx, r, t0.Add(time.Minute))
+	if err != nil || res.Inserted != 100 || !res.Changed {
+		t.Fatalf("first ingest: %+v, %v; want 100 new, node changed", res, err)
 	}
-	n, err = s.IngestReport(ctx, r, t0.Add(2*time.Minute))
-	if err != nil || n != 0 {
-		t.Fatalf("same report again: %d, %v; want 0 new", n, err)
+	res, err = s.IngestReport(ctx, r, t0.Add(2*time.Minute))
+	if err != nil || res.Inserted != 0 || res.Changed {
+		t.Fatalf("same report again: %+v, %v; want 0 new, nothing changed", res, err)
 	}
 	// A report overlapping the first: only the new findings count.
 	r2 := report("c1", "n1", "boot-a", 110, t0)
-	if n, err = s.IngestReport(ctx, r2, t0.Add(3*time.Minute)); err != nil || n != 10 {
-		t.Fatalf("overlapping report: %d, %v; want 10 new", n, err)
+	if res, err = s.IngestReport(ctx, r2, t0.Add(3*time.Minute)); err != nil || res.Inserted != 10 {
+		t.Fatalf("overlapping report: %+v, %v; want 10 new", res, err)
+	}
+	// Resent two days later (the agent was cut off meanwhile): still
+	// recognised, across partitions.
+	if res, err = s.IngestReport(ctx, r2, t0.Add(50*time.Hour)); err != nil || res.Inserted != 0 {
+		t.Fatalf("resent two days later: %+v, %v; want 0 new", res, err)
 	}
 
 	got, err := s.FindingsForNode(ctx, "c1", "n1", time.Time{}, 0)
@@ -76,7 +82,7 @@ func TestIngestReportIdempotent(t *testing.T) {
 		t.Fatal(err)
 	}
 	if node.BootID != "boot-a" || node.DriverVersion != "570.133.20" || node.KernelVersion != "6.8.0" ||
-		node.AgentVersion != "v0.1.0" || !node.LastSeen.Equal(t0.Add(3*time.Minute)) ||
+		node.AgentVersion != "v0.1.0" || !node.LastSeen.Equal(t0.Add(50*time.Hour)) ||
 		node.Heartbeat == nil || node.Heartbeat.GPUCount != 8 || len(node.Heartbeat.Monitors) != 1 {
 		t.Fatalf("node after ingest: %+v", node)
 	}
@@ -147,8 +153,8 @@ func TestIngestReportOutOfOrder(t *testing.T) {
 	// A retried report from the previous boot arrives later: its findings
 	// are stored, last_seen moves, but boot ID and heartbeat stay.
 	older := report("c1", "n1", "boot-a", 3, t0)
-	if n, err := s.IngestReport(ctx, older, t0.Add(2*time.Hour)); err != nil || n != 3 {
-		t.Fatalf("older report: %d, %v", n, err)
+	if res, err := s.IngestReport(ctx, older, t0.Add(2*time.Hour)); err != nil || res.Inserted != 3 {
+		t.Fatalf("older report: %+v, %v", res, err)
 	}
 	n, err := s.GetNode(ctx, "c1", "n1")
 	if err != nil {
@@ -213,7 +219,7 @@ func TestFindingsQueries(t *testing.T) {
 		t.Errorf("other node: %d findings", len(got))
 	}
 
-	byID, err := s.FindingsByIDs(ctx, "c1", []string{want[4], "missing", want[0]})
+	byID, err := s.FindingsByIDs(ctx, "c1", "n1", []string{want[4], "missing", want[0]})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,9 +293,9 @@ func TestFindingIDsAreScopedByCluster(t *testing.T) {
 	ctx := context.Background()
 	s := open(t)
 	for _, c := range []string{"east", "west"} {
-		n, err := s.IngestReport(ctx, report(c, "gpu-1", "boot-1", 3, t0), t0)
-		if err != nil || n != 3 {
-			t.Fatalf("ingest %s: inserted %d, %v; want 3", c, n, err)
+		res, err := s.IngestReport(ctx, report(c, "gpu-1", "boot-1", 3, t0), t0)
+		if err != nil || res.Inserted != 3 {
+			t.Fatalf("ingest %s: %+v, %v; want 3 inserted", c, res, err)
 		}
 	}
 	for _, c := range []string{"east", "west"} {
@@ -327,5 +333,115 @@ func TestBreakerStateCompareAndSet(t *testing.T) {
 	ds, err := s.BreakerDecisions(ctx, 10)
 	if err != nil || len(ds) != 1 || ds[0].Cohort != "zone=b" {
 		t.Fatalf("decisions = %+v, %v; want exactly the one saved with the winning write", ds, err)
+	}
+}
+
+// TestIngestReportChanged: IngestResult.Changed tells whether the node's
+// agent facts changed, so that a heartbeat that changes nothing need not
+// wake the reconciler.
+func TestIngestReportChanged(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := open(t)
+	if _, err := s.UpsertNodeMeta(ctx, store.Node{Cluster: "c1", Name: "n1", NodePool: "gpu"}, t0); err != nil {
+		t.Fatal(err)
+	}
+	at := t0
+	step := func(name string, want bool, edit func(r *finding.Report)) {
+		t.Helper()
+		at = at.Add(30 * time.Second)
+		r := report("c1", "n1", "boot-a", 0, t0)
+		r.SentAt = at
+		edit(&r)
+		res, err := s.IngestReport(ctx, r, at)
+		if err != nil || res.Changed != want || res.Inserted != 0 {
+			t.Errorf("%s: %+v, %v; want Changed %v", name, res, err, want)
+		}
+	}
+	same := func(*finding.Report) {}
+	step("first report of a node known from Kubernetes", true, same)
+	step("same heartbeat", false, same)
+	step("same heartbeat again", false, same)
+	step("a monitor failing", true, func(r *finding.Report) { r.Heartbeat.Monitors[0].State = finding.StateFailing })
+	step("still failing", false, func(r *finding.Report) { r.Heartbeat.Monitors[0].State = finding.StateFailing })
+	step("no heartbeat at all", false, func(r *finding.Report) { r.Heartbeat = nil })
+	step("new agent version", true, func(r *finding.Report) { r.AgentVersion = "v0.2.0"; r.Heartbeat = nil })
+	step("reboot", true, func(r *finding.Report) { r.BootID = "boot-b"; r.AgentVersion = "v0.2.0" })
+	step("an older report (by SentAt) changes nothing", false, func(r *finding.Report) {
+		r.BootID, r.SentAt = "boot-a", t0
+	})
+	n, err := s.GetNode(ctx, "c1", "n1")
+	if err != nil || n.BootID != "boot-b" || n.NodePool != "gpu" || !n.LastSeen.Equal(at) {
+		t.Errorf("node = %+v, %v", n, err)
+	}
+}
+
+// TestIngestHeartbeatsConcurrently: heartbeats of many nodes at once, several
+// of the same node in flight together, are written in groups with the same
+// answers as one by one.
+func TestIngestHeartbeatsConcurrently(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := open(t)
+	const nodes, workers, rounds = 100, 20, 10
+	for i := range nodes {
+		if res, err := s.IngestReport(ctx, report("c1", fmt.Sprintf("n%d", i), "boot-a", 0, t0), t0); err != nil || !res.Changed {
+			t.Fatalf("first heartbeat: %+v, %v", res, err)
+		}
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, workers*rounds)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range rounds {
+				node := fmt.Sprintf("n%d", (w*rounds+i)%nodes)
+				r := report("c1", node, "boot-a", 0, t0)
+				r.SentAt = t0.Add(time.Duration(1+i) * time.Second)
+				res, err := s.IngestReport(ctx, r, r.SentAt)
+				if err != nil || res.Changed {
+					errs <- fmt.Errorf("%s: %+v, %v; want stored, unchanged", node, res, err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	// A change in the middle of a fleet's heartbeats is still seen.
+	r := report("c1", "n7", "boot-b", 0, t0)
+	r.SentAt = t0.Add(time.Minute)
+	if res, err := s.IngestReport(ctx, r, r.SentAt); err != nil || !res.Changed {
+		t.Errorf("reboot of n7: %+v, %v; want Changed", res, err)
+	}
+	if n, err := s.GetNode(ctx, "c1", "n7"); err != nil || n.BootID != "boot-b" || !n.LastSeen.Equal(t0.Add(time.Minute)) {
+		t.Errorf("n7 = %+v, %v", n, err)
+	}
+}
+
+// TestIngestResendToReplicaBehind: replicas' clocks differ; a report stored
+// by a replica whose clock is ahead and resent to one whose clock is behind
+// is still recognised, and a colliding ID from another node is still stored.
+func TestIngestResendToReplicaBehind(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := open(t)
+	r := report("c1", "n1", "boot-a", 5, t0)
+	if res, err := s.IngestReport(ctx, r, t0.Add(time.Hour)); err != nil || res.Inserted != 5 {
+		t.Fatalf("first: %+v, %v", res, err)
+	}
+	if res, err := s.IngestReport(ctx, r, t0); err != nil || res.Inserted != 0 {
+		t.Errorf("resent to a replica an hour behind: %+v, %v; want 0 inserted", res, err)
+	}
+	other := r
+	other.Node, other.Findings = "n2", append([]finding.Finding(nil), r.Findings...)
+	for i := range other.Findings {
+		other.Findings[i].Node = "n2"
+	}
+	if res, err := s.IngestReport(ctx, other, t0); err != nil || res.Inserted != 5 {
+		t.Errorf("same IDs from n2: %+v, %v; want 5 inserted", res, err)
 	}
 }

@@ -82,6 +82,26 @@ func Migrate(ctx context.Context, dsn, direction string, out io.Writer) error {
 	return nil
 }
 
+// MigrateTo applies the embedded migrations up to and including version
+// (for tests of a migration on data written by the schema before it, and to
+// stop an upgrade at a known version). Like Migrate, concurrent callers
+// serialize on the advisory lock.
+func MigrateTo(ctx context.Context, dsn string, version int64) error {
+	db, err := openSQL(dsn)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	p, err := newMigrationProvider(db)
+	if err != nil {
+		return err
+	}
+	if _, err := p.UpTo(ctx, version); err != nil {
+		return fmt.Errorf("migrate database up to %d: %w", version, err)
+	}
+	return nil
+}
+
 func newMigrationProvider(db *sql.DB) (*goose.Provider, error) {
 	// Poll the advisory lock every second for up to 5 minutes (the default
 	// polls every 5 s, which slows every start that loses the race).

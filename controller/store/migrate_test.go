@@ -32,7 +32,8 @@ func TestMigrateUpDownUp(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer s.Close()
-		rows, err := s.Pool().Query(ctx, `SELECT tablename FROM pg_tables WHERE schemaname = 'public' AND tablename <> 'goose_db_version' ORDER BY 1`)
+		rows, err := s.Pool().Query(ctx, `SELECT c.relname FROM pg_class c JOIN pg_namespace ns ON ns.oid = c.relnamespace
+			WHERE ns.nspname = 'public' AND c.relkind IN ('r', 'p') AND NOT c.relispartition AND c.relname <> 'goose_db_version' ORDER BY 1`)
 		if err != nil {
 			t.Fatal(err)
 		}

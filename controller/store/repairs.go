@@ -107,10 +107,15 @@ FROM repair_audit WHERE repair_id = $1 ORDER BY id`
 
 	sqlRepairExists = `SELECT true FROM repairs WHERE id = $1`
 
+	// A repair's findings are its node's (finding IDs are unique per node).
+	// DISTINCT ON keeps the first received should one be stored twice.
 	sqlRepairFindings = `
-SELECT ` + findingCols + ` FROM findings
-WHERE cluster = (SELECT cluster FROM repairs WHERE id = $1)
-  AND id IN (SELECT finding_id FROM repair_findings WHERE repair_id = $1)
+SELECT ` + findingCols + ` FROM (
+    SELECT DISTINCT ON (f.id) f.* FROM repairs r
+    JOIN repair_findings rf ON rf.repair_id = r.id
+    JOIN findings f ON f.cluster = r.cluster AND f.node = r.node AND f.id = rf.finding_id
+    WHERE r.id = $1
+    ORDER BY f.id, f.received_at) linked
 ORDER BY COALESCE(observed_at, received_at), id`
 
 	sqlRepairsInState = `SELECT ` + repairCols + ` FROM repairs r WHERE r.state = ANY ($1::text[]) ORDER BY r.id`

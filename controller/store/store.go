@@ -10,8 +10,10 @@
 //   - Errors are translated at this edge: ErrNotFound (no such row),
 //     ErrConflict (a unique key or a compare-and-set lost to another writer,
 //     or a serialization failure: re-read and retry), ErrInvalid (a row the
-//     schema refuses) and ErrBudgetExceeded (a *BudgetExceededError). Other
-//     errors are infrastructure failures. All are wrapped "verb noun: %w".
+//     schema refuses), ErrBudgetExceeded (a *BudgetExceededError) and
+//     ErrUnavailable (the database cannot be reached or is overloaded: retry
+//     later). Other errors are infrastructure failures. All are wrapped
+//     "verb noun: %w".
 //   - Every repair state change is checked with ledger.Check and writes its
 //     audit entry in the same transaction.
 package store
@@ -20,7 +22,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -34,6 +40,11 @@ import (
 // for concurrent use.
 type Store struct {
 	pool *pgxpool.Pool
+	// clusters holds the names of the cluster rows known to exist (they are
+	// never deleted), so IngestReport creates each only once.
+	clusters sync.Map
+	// groups writes reports without findings in groups (heartbeats.go).
+	groups *heartbeatGroups
 }
 
 // Open connects to the database at dsn (a postgres:// URL or a libpq
@@ -56,12 +67,18 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("ping database %s: %w", redact(cfg.ConnConfig), err)
 	}
-	return &Store{pool: pool}, nil
+	s := &Store{pool: pool}
+	// Half the pool writes heartbeat groups; the rest serves everything else.
+	s.groups = startHeartbeatGroups(s, int(cfg.MaxConns)/2)
+	return s, nil
 }
 
 // Close closes every connection of the pool; it waits for connections in use
 // to be released.
-func (s *Store) Close() { s.pool.Close() }
+func (s *Store) Close() {
+	s.groups.stop()
+	s.pool.Close()
+}
 
 // Ping checks that the database answers (for /readyz).
 func (s *Store) Ping(ctx context.Context) error {
@@ -89,6 +106,11 @@ var (
 	// ErrBudgetExceeded: a deletion budget of the cluster is spent; the error
 	// is a *BudgetExceededError carrying the numbers.
 	ErrBudgetExceeded = decide.ErrBudgetExceeded
+	// ErrUnavailable: the database could not be reached or could not serve
+	// the request in time (connection refused or lost, server shutting down
+	// or starting, too many connections, out of resources, statement
+	// timeout, the caller's deadline). Nothing was written; retry later.
+	ErrUnavailable = errors.New("database unavailable")
 )
 
 // dbError is a database error classified as one of the sentinel errors; it
@@ -110,6 +132,9 @@ func translate(err error) error {
 	if errors.Is(err, pgx.ErrNoRows) {
 		return &dbError{kind: ErrNotFound, err: err}
 	}
+	if unavailable(err) {
+		return &dbError{kind: ErrUnavailable, err: err}
+	}
 	var pg *pgconn.PgError
 	if errors.As(err, &pg) {
 		switch {
@@ -123,6 +148,23 @@ func translate(err error) error {
 		}
 	}
 	return err
+}
+
+// unavailable tells whether err means the database could not serve the
+// request now (as opposed to refusing it): see ErrUnavailable.
+func unavailable(err error) bool {
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) {
+		return strings.HasPrefix(pg.Code, "08") || // connection exception
+			strings.HasPrefix(pg.Code, "53") || // insufficient resources (too many connections, disk full, out of memory)
+			pg.Code == "57P01" || pg.Code == "57P02" || pg.Code == "57P03" || // admin/crash shutdown, cannot connect now
+			pg.Code == "57014" // query_canceled: statement_timeout
+	}
+	var connect *pgconn.ConnectError
+	var netErr net.Error
+	return errors.As(err, &connect) || errors.As(err, &netErr) || pgconn.Timeout(err) ||
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET)
 }
 
 // errorf wraps a translated err as "format: err".

@@ -63,13 +63,14 @@ type Options struct {
 
 // Server is a running throwaway PostgreSQL server.
 type Server struct {
-	binDir  string
-	dir     string // the temporary directory; removed by Stop
-	dataDir string
-	sockDir string
-	logFile string
-	port    int
-	cred    *syscall.Credential // nil: run as the current user
+	binDir   string
+	dir      string // the temporary directory; removed by Stop
+	dataDir  string
+	sockDir  string
+	logFile  string
+	port     int
+	cred     *syscall.Credential // nil: run as the current user
+	settings map[string]string   // Options.Settings, for Restart
 
 	cmd  *exec.Cmd
 	done chan struct{} // closed when cmd has been waited for
@@ -117,14 +118,15 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		return nil, fmt.Errorf("create temporary directory: %w", err)
 	}
 	s := &Server{
-		binDir:  binDir,
-		dir:     dir,
-		dataDir: filepath.Join(dir, "data"),
-		sockDir: filepath.Join(dir, "sock"),
-		logFile: filepath.Join(dir, "postgres.log"),
-		port:    port,
-		cred:    cred,
-		done:    make(chan struct{}),
+		binDir:   binDir,
+		dir:      dir,
+		dataDir:  filepath.Join(dir, "data"),
+		sockDir:  filepath.Join(dir, "sock"),
+		logFile:  filepath.Join(dir, "postgres.log"),
+		port:     port,
+		cred:     cred,
+		settings: opts.Settings,
+		done:     make(chan struct{}),
 	}
 	err = s.initdb(ctx)
 	// A free port found by listening can be taken by someone else before
@@ -295,6 +297,39 @@ func (s *Server) DSN(dbname string) string {
 		dbname = "postgres"
 	}
 	return fmt.Sprintf("postgres://%s@127.0.0.1:%d/%s?sslmode=disable", Superuser, s.port, dbname)
+}
+
+// Halt shuts the server down (pg_ctl stop -m fast: connections are closed,
+// new ones refused) but keeps its data, for tests of a database outage;
+// Restart starts it again on the same port. Stop still cleans up after a
+// Halt.
+func (s *Server) Halt() error {
+	if s.cmd == nil {
+		return errors.New("halt postgres: not running")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := s.command(ctx, "pg_ctl", "stop", "-D", s.dataDir, "-m", "fast", "-w", "-t", "20").CombinedOutput()
+	s.kill()
+	s.cmd = nil
+	if err != nil {
+		return fmt.Errorf("run pg_ctl stop: %w: %s", err, tail(out, 1000))
+	}
+	return nil
+}
+
+// Restart starts a server stopped by Halt on its data, port and settings,
+// returning once it accepts connections.
+func (s *Server) Restart(ctx context.Context) error {
+	if s.cmd != nil {
+		return errors.New("restart postgres: already running")
+	}
+	s.done, s.werr = make(chan struct{}), nil
+	if err := s.start(ctx, s.settings); err != nil {
+		s.kill()
+		return fmt.Errorf("restart postgres: %w", err)
+	}
+	return nil
 }
 
 // Stop shuts the server down (pg_ctl stop -m fast, falling back to signals)

@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/time/rate"
 
 	"github.com/fleetrepair/fleetrepair/agent/finding"
 	"github.com/fleetrepair/fleetrepair/controller/auth"
@@ -45,8 +46,21 @@ type Config struct {
 	// *auth.TokenReview in production). Nil accepts every report: only for
 	// tests and explicitly insecure setups.
 	Authenticator auth.Authenticator
-	// OnIngest is called after a report is stored (the reconciler's Trigger).
+	// OnIngest is called after a report is stored that inserted findings or
+	// changed the node's agent facts (the reconciler's Trigger); a heartbeat
+	// that changes nothing does not call it.
 	OnIngest func(cluster, node string)
+	// MaxIngestInFlight bounds the reports being written to PostgreSQL at
+	// once (default DefaultMaxIngestInFlight); a report beyond it is answered
+	// 429 with Retry-After at once, so a slow database sheds load instead of
+	// queueing requests without bound.
+	MaxIngestInFlight int
+	// IngestTimeout bounds one report's database write (default
+	// DefaultIngestTimeout); a write that takes longer is answered 503 with
+	// Retry-After. It is cancelled, but may still commit in the database
+	// before the cancel arrives; the agent's resend is then recognised as a
+	// duplicate (inserted 0), so nothing is lost or stored twice.
+	IngestTimeout time.Duration
 	// Operators authenticates humans for the mutating routes (approve,
 	// reject). Nil: those routes answer 401.
 	Operators *auth.Operators
@@ -79,12 +93,28 @@ type Config struct {
 	ApprovalTTL time.Duration
 }
 
+// Ingest backpressure defaults (Config.MaxIngestInFlight, IngestTimeout)
+// and the Retry-After answered with 429 (overloaded) and 503 (database
+// unavailable), in seconds. The agent (agent/uplink) waits at least that long
+// before it resends the same batch, spooling meanwhile.
+const (
+	DefaultMaxIngestInFlight = 64
+	DefaultIngestTimeout     = 10 * time.Second
+	RetryAfterOverloaded     = 1
+	RetryAfterUnavailable    = 5
+)
+
 type server struct {
-	cfg      Config
-	clusters map[string]bool
-	reports  *prometheus.CounterVec
-	findings prometheus.Counter
-	guards   *guards
+	cfg Config
+	// ingestSlots holds one token per report being written (a semaphore of
+	// MaxIngestInFlight).
+	ingestSlots chan struct{}
+	// ingestErrLog samples the log of failed ingest writes.
+	ingestErrLog rate.Sometimes
+	clusters     map[string]bool
+	reports      *prometheus.CounterVec
+	findings     prometheus.Counter
+	guards       *guards
 }
 
 // Handler returns the HTTP handler with every route (New(cfg).Handler()).
@@ -109,9 +139,16 @@ func newServer(cfg Config) (*server, error) {
 	if cfg.Gatherer == nil {
 		cfg.Gatherer = prometheus.DefaultGatherer
 	}
-	s := &server{cfg: cfg, clusters: map[string]bool{},
+	if cfg.MaxIngestInFlight <= 0 {
+		cfg.MaxIngestInFlight = DefaultMaxIngestInFlight
+	}
+	if cfg.IngestTimeout <= 0 {
+		cfg.IngestTimeout = DefaultIngestTimeout
+	}
+	s := &server{cfg: cfg, clusters: map[string]bool{}, ingestSlots: make(chan struct{}, cfg.MaxIngestInFlight),
+		ingestErrLog: rate.Sometimes{Interval: 10 * time.Second},
 		reports: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fleetrepair_ingest_reports_total",
-			Help: "Agent reports received, by result (ok, invalid, unauthorized, error)."}, []string{"result"}),
+			Help: "Agent reports received, by result (ok, invalid, unauthorized, error: not stored, answered 503; overloaded: answered 429)."}, []string{"result"}),
 		findings: prometheus.NewCounter(prometheus.CounterOpts{Name: "fleetrepair_ingest_findings_new_total",
 			Help: "Findings stored for the first time (duplicates excluded)."}),
 		guards: newGuards(cfg.Limits),
@@ -292,18 +329,64 @@ func (s *server) ingest(w http.ResponseWriter, r *http.Request) {
 			rep.Findings[i].BootID = rep.BootID
 		}
 	}
-	n, err := s.cfg.Store.IngestReport(r.Context(), rep, s.cfg.Now())
+	res, err := s.store(r.Context(), rep)
 	if err != nil {
-		s.reports.WithLabelValues("error").Inc()
-		s.writeStoreError(w, r, err)
+		s.writeIngestError(w, r, err)
 		return
 	}
 	s.reports.WithLabelValues("ok").Inc()
-	s.findings.Add(float64(n))
-	if s.cfg.OnIngest != nil && (n > 0 || rep.Heartbeat != nil) {
+	s.findings.Add(float64(res.Inserted))
+	if s.cfg.OnIngest != nil && (res.Inserted > 0 || res.Changed) {
 		s.cfg.OnIngest(rep.Cluster, rep.Node)
 	}
-	writeJSON(w, http.StatusOK, IngestResponse{Accepted: len(rep.Findings), Inserted: n})
+	writeJSON(w, http.StatusOK, IngestResponse{Accepted: len(rep.Findings), Inserted: res.Inserted})
+}
+
+// errOverloaded: MaxIngestInFlight reports are being written already.
+var errOverloaded = errors.New("too many reports in flight")
+
+// store writes rep within IngestTimeout, holding one of the
+// MaxIngestInFlight slots; errOverloaded when none is free.
+func (s *server) store(ctx context.Context, rep finding.Report) (store.IngestResult, error) {
+	select {
+	case s.ingestSlots <- struct{}{}:
+		defer func() { <-s.ingestSlots }()
+	default:
+		return store.IngestResult{}, errOverloaded
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.IngestTimeout)
+	defer cancel()
+	return s.cfg.Store.IngestReport(ctx, rep, s.cfg.Now())
+}
+
+// writeIngestError answers a report that could not be stored. Only a report
+// the database refuses (store.ErrInvalid) is the agent's fault (400: it
+// drops the batch); every other failure is ours and temporary, so the agent
+// is told to resend later and keeps the batch: 429 when too many reports are
+// in flight, 503 otherwise (database down, slow past IngestTimeout, or any
+// other store error, which is logged), both with Retry-After. Never 500, and
+// never the database's text.
+func (s *server) writeIngestError(w http.ResponseWriter, r *http.Request, err error) {
+	switch {
+	case errors.Is(err, errOverloaded):
+		s.reports.WithLabelValues("overloaded").Inc()
+		w.Header().Set("Retry-After", strconv.Itoa(RetryAfterOverloaded))
+		writeError(w, http.StatusTooManyRequests, "controller overloaded", "too many reports in flight; resend after Retry-After", nil)
+	case errors.Is(err, store.ErrInvalid):
+		s.reports.WithLabelValues("invalid").Inc()
+		writeError(w, http.StatusBadRequest, "invalid report", "the database refused a value of the report", nil)
+	default:
+		s.reports.WithLabelValues("error").Inc() // the FleetRepairIngestErrors alert
+		// One line per 10 s, not one per report: an outage under a fleet's
+		// load would otherwise write thousands a second. The counter
+		// fleetrepair_ingest_reports_total{result="error"} has them all.
+		s.ingestErrLog.Do(func() {
+			s.cfg.Log.ErrorContext(r.Context(), "ingest: cannot store reports, answering 503 (logged at most every 10s)",
+				"err", err, "unavailable", errors.Is(err, store.ErrUnavailable), "request_id", middleware.GetReqID(r.Context()))
+		})
+		w.Header().Set("Retry-After", strconv.Itoa(RetryAfterUnavailable))
+		writeError(w, http.StatusServiceUnavailable, "database unavailable", "resend after Retry-After", nil)
+	}
 }
 
 func (s *server) reasons(w http.ResponseWriter, _ *http.Request) {

@@ -45,7 +45,14 @@ var (
 	// keyValue is a "Key : Value" line of "nvidia-smi -q".
 	keyValue = regexp.MustCompile(`^(\s*)([^:]+?)\s*:\s*(.*?)\s*$`)
 	// driverGone covers nvidia-smi's messages when it cannot talk to the driver at all.
-	driverGone = regexp.MustCompile(`(?i)NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver|No devices were found|Failed to initialize NVML: (.*)$`)
+	// versionMismatch is NVML's NVML_ERROR_LIB_RM_VERSION_MISMATCH as
+	// nvidia-smi (and every NVML client) prints it: the user-space library
+	// and the loaded kernel module are of different driver versions (c24).
+	versionMismatch = regexp.MustCompile(`(?i)Driver/library version mismatch`)
+	// nvmlLibVersion is the line nvidia-smi adds after the mismatch on newer
+	// drivers: "NVML library version: 570.195".
+	nvmlLibVersion = regexp.MustCompile(`(?i)^\s*NVML library version:\s*(\d+\.\d+(?:\.\d+)?)`)
+	driverGone     = regexp.MustCompile(`(?i)NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver|No devices were found|Failed to initialize NVML: (.*)$`)
 )
 
 // section is an open "Remapped Rows" / "Retired Pages" block of -q output.
@@ -96,6 +103,20 @@ func Parse(r io.Reader) ([]finding.Finding, Stats, error) {
 				Attrs: map[string]string{finding.AttrScope: "all-links"}, Evidence: []string{line}})
 			continue
 		}
+		if versionMismatch.MatchString(line) {
+			closeSection()
+			out = append(out, finding.Finding{Detector: finding.DetectorDriverVersionMismatch,
+				Attrs:    map[string]string{finding.AttrError: "Driver/library version mismatch", finding.AttrSource: "nvidia-smi"},
+				Evidence: []string{line}})
+			continue
+		}
+		if m := nvmlLibVersion.FindStringSubmatch(line); m != nil {
+			if n := len(out); n > 0 && out[n-1].Detector == finding.DetectorDriverVersionMismatch {
+				out[n-1].Attrs[finding.AttrNVMLLibraryVersion] = m[1]
+				out[n-1].Evidence = append(out[n-1].Evidence, line)
+			}
+			continue
+		}
 		if m := driverGone.FindStringSubmatch(line); m != nil {
 			e := strings.TrimSpace(m[0])
 			if m[1] != "" {
@@ -138,7 +159,7 @@ func Parse(r io.Reader) ([]finding.Finding, Stats, error) {
 		}
 		if m == nil {
 			switch trim {
-			case "Remapped Rows", "Retired Pages":
+			case "Remapped Rows", "Retired Pages", "Fabric":
 				closeSection()
 				sec = &section{name: trim, indent: indent, kv: map[string]string{}, lines: []string{line}}
 				st.Sections++
@@ -199,6 +220,24 @@ func sectionFindings(s *section, gpu string) []finding.Finding {
 			out = append(out, finding.Finding{Detector: finding.DetectorRowRemapPending, GPUPCI: gpu,
 				Attrs: attrs, Evidence: s.lines})
 		}
+	case "Fabric":
+		// "nvidia-smi -q" Fabric block (NVSwitch / NVLink-C2C systems):
+		// State is Not Supported, Not Started, In Progress or Completed;
+		// Status is Success or the error Fabric Manager reported. Anything
+		// but a completed, successful registration means the GPU is not on
+		// the NVLink fabric yet (or failed to join).
+		state, status := s.kv["state"], s.kv["status"]
+		if state == "" || strings.EqualFold(state, "Not Supported") || strings.EqualFold(state, "N/A") {
+			break
+		}
+		if strings.EqualFold(state, "Completed") && (status == "" || strings.EqualFold(status, "Success") || strings.EqualFold(status, "N/A")) {
+			break
+		}
+		attrs := map[string]string{finding.AttrState: strings.ToLower(state)}
+		if status != "" {
+			attrs[finding.AttrStatus] = status
+		}
+		out = append(out, finding.Finding{Detector: finding.DetectorFabricState, GPUPCI: gpu, Attrs: attrs, Evidence: s.lines})
 	case "Retired Pages":
 		if yes("pending page blacklist") || yes("pending page retirement") || yes("pending") {
 			attrs := map[string]string{finding.AttrPending: "true"}

@@ -44,10 +44,43 @@ var (
 	killTimeout = regexp.MustCompile(`(?i)(?:error killing pod|KillContainer|StopContainer|KillPodSandbox|StopPodSandbox).*(?:DeadlineExceeded|context deadline exceeded)`)
 	// dcgmDown and nvmlDown are an agent's own data source failing.
 	dcgmDown = regexp.MustCompile(`(?i)(Error connecting to nv-hostengine[^"\n]*|libdcgm\.so[.0-9]* not found[^"\n]*|Host engine connection invalid[^"\n]*)`)
-	nvmlDown = regexp.MustCompile(`(?i)(Failed to initialize NVML[^"\n]*|Driver/library version mismatch[^"\n]*|libnvidia-ml\.so[.0-9]*[^"\n]*not found[^"\n]*)`)
+	nvmlDown = regexp.MustCompile(`(?i)(Failed to initialize NVML[^"\n]*|libnvidia-ml\.so[.0-9]*[^"\n]*not found[^"\n]*)`)
+	// versionMismatch is NVML's NVML_ERROR_LIB_RM_VERSION_MISMATCH in every
+	// spelling its clients log: nvidia-smi and NVML ("Driver/library version
+	// mismatch"), nvidia-container-cli in a prestart hook ("nvml error:
+	// driver/library version mismatch", c24), the Go bindings
+	// ("ERROR_LIB_RM_VERSION_MISMATCH"). Not a monitoring problem: the loaded
+	// kernel module and the user-space driver differ, and every new GPU
+	// container fails.
+	versionMismatch = regexp.MustCompile(`(?i)(driver/library version mismatch|ERROR_LIB_RM_VERSION_MISMATCH|RM_VERSION_MISMATCH)`)
 
-	syslogTime = regexp.MustCompile(`^([A-Z][a-z]{2} [ 0-9]\d \d\d:\d\d:\d\d)\s`)
-	glogTime   = regexp.MustCompile(`(?:^|\s)[IWEF](\d{4} \d\d:\d\d:\d\d\.\d+)\s`)
+	// notReady is the kubelet's Ready condition as "kubectl describe node"
+	// prints it: the table row ("Ready False <times> KubeletNotReady msg")
+	// or its reason and message alone (c28); NodeStatusUnknown is the node
+	// lifecycle controller's "Kubelet stopped posting node status".
+	notReadyRow = regexp.MustCompile(`^\s*Ready\s+(False|Unknown)\s+.*?\s(KubeletNotReady|NodeStatusUnknown)\s+(.*?)\s*$`)
+	// nodeNotReadyEvent is the node lifecycle controller's Event
+	// ("Node node-a1 status is now: NodeNotReady"), as "kubectl get events"
+	// or "describe node" prints it.
+	nodeNotReadyEvent = regexp.MustCompile(`Node \S+ status is now: NodeNotReady`)
+	notReady          = regexp.MustCompile(`(?:^|\s)(KubeletNotReady|NodeStatusUnknown)\s{2,}(.*?)\s*$`)
+	// rpcDeadline is a CRI call the runtime did not answer in time
+	// ("failed to get image stats: rpc error: code = DeadlineExceeded"); the
+	// kubelet logs the bare rpc error after it: one stall.
+	rpcDeadline = regexp.MustCompile(`rpc error: code = DeadlineExceeded`)
+	// runtimeGone is the runtime's socket refusing connections.
+	dockerGone     = regexp.MustCompile(`Cannot connect to the Docker daemon at (\S+?)\.?(?:\s|$)`)
+	runtimeSockErr = regexp.MustCompile(`dial unix (\S*(?:containerd|crio|docker|cri-dockerd)\S*\.sock)`)
+	// fmSwitchErr is Fabric Manager's log of an NVSwitch error
+	// (/var/log/fabricmanager.log): "detected NVSwitch non-fatal error 12028
+	// on fid 0 on NVSwitch pci bus id 00000000:07:00.0 physical id 2 port 62".
+	fmSwitchErr = regexp.MustCompile(`(?i)detected NVSwitch (non-fatal|fatal) error (\d+) on fid \d+ on NVSwitch pci bus id ([0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7])(?: physical id \d+)?(?: port (\d+))?`)
+	// cudaNotReady is CUDA's cudaErrorSystemNotReady (802) as frameworks
+	// log it: on an NVSwitch system the GPUs are not on the fabric (Fabric
+	// Manager not running or not done).
+	cudaNotReady = regexp.MustCompile(`(?i)(?:error 802|CUDA error: system not yet initialized|cudaErrorSystemNotReady)`)
+	syslogTime   = regexp.MustCompile(`^([A-Z][a-z]{2} [ 0-9]\d \d\d:\d\d:\d\d)\s`)
+	glogTime     = regexp.MustCompile(`(?:^|\s)[IWEF](\d{4} \d\d:\d\d:\d\d\.\d+)\s`)
 )
 
 // Stats count what Parse saw.
@@ -125,6 +158,64 @@ func (p *parser) add(key string, f finding.Finding) {
 
 func (p *parser) line(rec string) bool {
 	at := lineTime(rec)
+	matched := false
+	if m := notReadyRow.FindStringSubmatch(rec); m != nil {
+		p.notReady(rec, at, m[1], m[2], m[3])
+		matched = true
+	} else if nodeNotReadyEvent.MatchString(rec) {
+		p.notReady(rec, at, "Unknown", "NodeNotReady", "")
+		matched = true
+	} else if m := notReady.FindStringSubmatch(rec); m != nil {
+		status := "False"
+		if m[1] == "NodeStatusUnknown" {
+			status = "Unknown"
+		}
+		p.notReady(rec, at, status, m[1], m[2])
+		matched = true
+	}
+	return p.rest(rec, at) || matched
+}
+
+// notReady records the kubelet's Ready condition (not True).
+func (p *parser) notReady(rec string, at time.Time, status, reason, msg string) {
+	p.add("ready\x00"+status+"\x00"+reason, finding.Finding{Detector: finding.DetectorNodeCondition, Time: at,
+		Attrs:    map[string]string{"type": "Ready", "status": status, "reason": reason, "message": msg},
+		Evidence: []string{rec}})
+}
+
+// stall records a runtime error that is one ongoing stall however many lines
+// report it: Count stays 1, lines counts them.
+func (p *parser) stall(key string, f finding.Finding) {
+	if i, ok := p.byKey[key]; ok {
+		g := &p.out[i]
+		n, _ := strconv.Atoi(g.Attrs[finding.AttrLines])
+		g.Attrs[finding.AttrLines] = strconv.Itoa(max(n, 1) + 1)
+		if len(g.Evidence) < 16 {
+			g.Evidence = append(g.Evidence, f.Evidence...)
+		}
+		return
+	}
+	f.Count = 1
+	p.byKey[key] = len(p.out)
+	p.out = append(p.out, f)
+}
+
+// rest runs the other rules on a record.
+func (p *parser) rest(rec string, at time.Time) bool {
+	if m := dockerGone.FindStringSubmatch(rec); m != nil {
+		e := "Cannot connect to the Docker daemon at " + m[1]
+		p.stall("rtgone\x00"+e, finding.Finding{Detector: finding.DetectorRuntimeWedge, Time: at,
+			Attrs:    map[string]string{finding.AttrComponent: "container-runtime", finding.AttrError: e},
+			Evidence: []string{rec}})
+		return true
+	}
+	if m := runtimeSockErr.FindStringSubmatch(rec); m != nil {
+		e := "cannot connect to " + m[1]
+		p.stall("rtgone\x00"+e, finding.Finding{Detector: finding.DetectorRuntimeWedge, Time: at,
+			Attrs:    map[string]string{finding.AttrComponent: "container-runtime", finding.AttrError: e},
+			Evidence: []string{rec}})
+		return true
+	}
 	if m := pleg.FindStringSubmatch(rec); m != nil {
 		p.plegLine(rec, at, m[1], m[2])
 		return true
@@ -156,6 +247,37 @@ func (p *parser) line(rec string) bool {
 			Evidence: []string{rec}})
 		return true
 	}
+	if rpcDeadline.MatchString(rec) {
+		p.stall("deadline", finding.Finding{Detector: finding.DetectorRuntimeWedge, Time: at,
+			Attrs:    map[string]string{finding.AttrComponent: "container-runtime", finding.AttrError: "DeadlineExceeded"},
+			Evidence: []string{rec}})
+		return true
+	}
+	if m := fmSwitchErr.FindStringSubmatch(rec); m != nil {
+		dev, err := finding.NormalizePCI(m[3])
+		if err == nil {
+			attrs := map[string]string{finding.AttrSXid: m[2], finding.AttrSeverity: strings.ToLower(m[1]), finding.AttrSource: "fabricmanager"}
+			if m[4] != "" {
+				attrs[finding.AttrLink] = m[4]
+			}
+			p.add("fm\x00"+dev+"\x00"+m[2]+"\x00"+m[4], finding.Finding{Detector: finding.DetectorNVSwitchSXid, DevicePCI: dev, Time: at,
+				Attrs: attrs, Evidence: []string{rec}})
+			return true
+		}
+	}
+	if cudaNotReady.MatchString(rec) {
+		p.add("fabric-not-ready", finding.Finding{Detector: finding.DetectorFabricState, Time: at,
+			Attrs:    map[string]string{finding.AttrState: "not ready", finding.AttrStatus: "cudaErrorSystemNotReady (802)"},
+			Evidence: []string{rec}})
+		return true
+	}
+	if m := versionMismatch.FindStringSubmatch(rec); m != nil {
+		src := mismatchSource(rec)
+		p.add("vm\x00"+src, finding.Finding{Detector: finding.DetectorDriverVersionMismatch, Time: at,
+			Attrs:    map[string]string{finding.AttrError: m[1], finding.AttrSource: src},
+			Evidence: []string{rec}})
+		return true
+	}
 	for _, src := range []struct {
 		re        *regexp.Regexp
 		component string
@@ -169,6 +291,22 @@ func (p *parser) line(rec string) bool {
 		}
 	}
 	return false
+}
+
+// mismatchSource names the client that hit a driver version mismatch, from
+// the line's own words.
+func mismatchSource(rec string) string {
+	l := strings.ToLower(rec)
+	for _, s := range []string{"nvidia-container-cli", "nvidia-container-runtime-hook", "nvidia-container-runtime",
+		"nvidia-device-plugin", "dcgm-exporter", "nv-hostengine", "nvidia-persistenced", "nvidia-smi"} {
+		if strings.Contains(l, s) {
+			return s
+		}
+	}
+	if strings.Contains(l, "device plugin") || strings.Contains(l, "device-plugin") {
+		return "nvidia-device-plugin"
+	}
+	return "nvml"
 }
 
 func (p *parser) plegLine(rec string, at time.Time, seen, threshold string) {

@@ -79,3 +79,28 @@ func TestParse(t *testing.T) {
 		})
 	}
 }
+
+func TestFabricLines(t *testing.T) {
+	t.Parallel()
+	in := strings.Join([]string{
+		"[Jul 01 2024 10:00:00] [ERROR] [tid 841] detected NVSwitch non-fatal error 12028 on fid 0 on NVSwitch pci bus id 00000000:07:00.0 physical id 2 port 62",
+		"[Jul 01 2024 10:00:00] [ERROR] [tid 841] detected NVSwitch fatal error 20034 on fid 0 on NVSwitch pci bus id 00000000:8A:00.0 physical id 3 port 33",
+		"RuntimeError: CUDA error: system not yet initialized",
+	}, "\n")
+	fs, _, err := Parse(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fs) != 3 || fs[0].Detector != "nvswitch-sxid" || fs[0].DevicePCI != "0000:07:00.0" || fs[0].Attrs["severity"] != "non-fatal" || fs[0].Attrs["link"] != "62" ||
+		fs[1].DevicePCI != "0000:8a:00.0" || fs[1].Attrs["severity"] != "fatal" || fs[2].Detector != "fabric-state" {
+		t.Fatalf("findings %+v", fs)
+	}
+}
+
+func TestNodeNotReadyEvent(t *testing.T) {
+	t.Parallel()
+	fs, _, err := Parse(strings.NewReader("Normal   NodeNotReady  2m   node-controller  Node ip-10-0-1-23.ec2.internal status is now: NodeNotReady\n"))
+	if err != nil || len(fs) != 1 || fs[0].Detector != "node-condition" || fs[0].Attrs["type"] != "Ready" || fs[0].Attrs["status"] != "Unknown" {
+		t.Fatalf("%v %+v", err, fs)
+	}
+}

@@ -24,6 +24,7 @@ const (
 	agentSide      side = iota // a node-side input: it goes through textformat.Scan
 	controllerSide             // a Kubernetes object or Karpenter event: the controller's watchers read it
 	scenarioSide               // a fleet scenario: the controller's fleet simulation replays it
+	contextSide                // context for a human or a cohort, no finding of its own
 )
 
 // input is one input file of one case: who reads it and which of the case's
@@ -88,6 +89,24 @@ var corpus = map[string]map[string]input{
 		"scenario.yaml":    {side: scenarioSide},
 	},
 	"c23": {"input.nodeclaim-describe.txt": {side: controllerSide, want: all(1), why: "NodeClaim status"}},
+	"c24": {
+		"input.nvidia-smi.txt":     {want: []int{0}},
+		"input.nvidia-smi-k8s.txt": {want: []int{1}},
+		"input.containerd.log":     {want: []int{2}},
+		"input.apt-history.log":    {side: contextSide, why: "package history: context for the cohort (which package changed), no finding of its own"},
+	},
+	"c25": {"input.kmsg.txt": {want: all(6)}},
+	"c26": {"input.kmsg.txt": {want: all(1)}},
+	"c27": {
+		"input.nodeclaim.yaml": {side: controllerSide, want: []int{0}, why: "NodeClaim deletionTimestamp and finalizers: controller/kube reads the NodeClaim"},
+		"input.node.yaml":      {side: controllerSide, want: []int{1}, why: "Node deletionTimestamp: controller/kube reads the Node"},
+	},
+	"c28": {
+		"input.node1-describe.txt": {want: []int{0}},
+		"input.node2-describe.txt": {want: []int{1, 2, 3}},
+		"scenario.yaml":            {side: scenarioSide},
+	},
+	"c29": {"input.job.log": {want: []int{0}}, "input.pod.log": {want: []int{1}}},
 }
 
 // simulated lists expected findings produced by a fake component that a

@@ -1,7 +1,8 @@
 // Package textformat recognises the saved text a node's tools produce (the
 // kernel log in its renderings, nvidia-smi output, dcgmi diag tables,
 // dcgm-exporter samples, JSON logs of GPU health monitors and agents, and the
-// kubelet / device plugin / container runtime logs) and routes each to its
+// kubelet / device plugin / container runtime logs, and a job's own log)
+// and routes each to its
 // parser, so that `fleetrepair-agent scan` and the case tests read every
 // node-side input through one entry point: Scan.
 //
@@ -20,9 +21,11 @@ import (
 	"io"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/fleetrepair/fleetrepair/agent/detect"
 	"github.com/fleetrepair/fleetrepair/agent/detect/dcgmtext"
+	"github.com/fleetrepair/fleetrepair/agent/detect/joblog"
 	"github.com/fleetrepair/fleetrepair/agent/detect/nvsmi"
 	"github.com/fleetrepair/fleetrepair/agent/detect/runtimelog"
 	"github.com/fleetrepair/fleetrepair/agent/finding"
@@ -53,6 +56,9 @@ const (
 	// RuntimeLog is a log of the kubelet, the container runtime or the
 	// device plugin, in journald/syslog, glog or bare text form.
 	RuntimeLog Format = "runtime-log"
+	// JobLog is a workload's own output (a job's or pod's log): NCCL NET/IB
+	// errors naming the local NIC and the peer.
+	JobLog Format = "job-log"
 )
 
 // aliases maps the format names used by the case corpus (expected.yaml
@@ -62,7 +68,7 @@ var aliases = map[string]Format{
 	"dcgmi-diag-table": DcgmiDiag, "dcgmi-diag-collapsed": DcgmiDiag,
 	"prometheus-text": Prometheus,
 	"journal-syslog":  RuntimeLog, "glog": RuntimeLog, "k8s-event-message": RuntimeLog, "docker-version": RuntimeLog,
-	"kubelet": RuntimeLog,
+	"kubelet": RuntimeLog, "kubectl-describe-node": RuntimeLog, "pod-log": JobLog, "nccl-log": JobLog,
 }
 
 // ErrUnknownFormat is returned (wrapped) by ParseFormat.
@@ -77,7 +83,7 @@ func Formats() []Format {
 			out = append(out, Format(f))
 		}
 	}
-	return append(out, NvidiaSMI, DcgmiDiag, Prometheus, JSONLog, RuntimeLog)
+	return append(out, NvidiaSMI, DcgmiDiag, Prometheus, JSONLog, RuntimeLog, JobLog)
 }
 
 // ParseFormat returns the Format named s: a name of Formats, "kmsg" (an
@@ -108,7 +114,7 @@ func (f Format) Kernel() (kmsg.Format, bool) {
 	switch f {
 	case KernelLog:
 		return kmsg.FormatAuto, true
-	case Auto, NvidiaSMI, DcgmiDiag, Prometheus, JSONLog, RuntimeLog:
+	case Auto, NvidiaSMI, DcgmiDiag, Prometheus, JSONLog, RuntimeLog, JobLog:
 		return "", false
 	}
 	k, err := kmsg.ParseFormat(string(f))
@@ -121,8 +127,9 @@ const SniffBytes = 64 * 1024
 var (
 	sniffDiag = regexp.MustCompile(`\|\s*Diagnostic\s*\|\s*Result\s*\||dcgmi diag`)
 	sniffProm = regexp.MustCompile(`(?m)^(# (HELP|TYPE) \S+|DCGM_[A-Z0-9_]+(\{|\s))`)
-	sniffSMI  = regexp.MustCompile(`(?im)Unable to determine the device handle|all links are inactive|^\s*Remapped Rows\s*$|^\s*Link \d+: (<inactive>|[0-9.]+ GB/s)|NVIDIA-SMI|^nvidia-smi|^==============NVSMI LOG`)
-	sniffRT   = regexp.MustCompile(`(?m)^[A-Z][a-z]{2} [ 0-9]\d \d\d:\d\d:\d\d \S+ (kubelet|containerd|dockerd|crio|nvidia-device-plugin|nvidia-container)[^:\s]*:|^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ \S+:\d+\]|^Server: Docker Engine|device plugin \w+ rpc failed`)
+	sniffSMI  = regexp.MustCompile(`(?im)Unable to determine the device handle|all links are inactive|^\s*Remapped Rows\s*$|^\s*Link \d+: (<inactive>|[0-9.]+ GB/s)|NVIDIA-SMI|^nvidia-smi|^==============NVSMI LOG|^Failed to initialize NVML|^NVML library version`)
+	sniffJob  = regexp.MustCompile(`(?m)^(?:\[[^\]]*\]\s*)?[\w.-]+:\d+:\d+ \[\d+\] .*NCCL (?:WARN|INFO)`)
+	sniffRT   = regexp.MustCompile(`(?m)^[A-Z][a-z]{2} [ 0-9]\d \d\d:\d\d:\d\d \S+ (kubelet|containerd|dockerd|crio|nvidia-device-plugin|nvidia-container)[^:\s]*:|^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ \S+:\d+\]|^Server: Docker Engine|device plugin \w+ rpc failed|OCI runtime create failed|^nvidia-container-cli: |KubeletNotReady|NodeStatusUnknown|status is now: NodeNotReady|rpc error: code = \w+ desc =|detected NVSwitch (?:non-)?fatal error|\[(?:ERROR|WARNING|INFO)\] \[tid \d+\]|CUDA error: system not yet initialized`)
 )
 
 // Sniff guesses the format of an input from its beginning. It returns a
@@ -136,6 +143,8 @@ func Sniff(head []byte) Format {
 		return JSONLog
 	case sniffDiag.Match(t):
 		return DcgmiDiag
+	case sniffJob.Match(t):
+		return JobLog
 	case sniffSMI.Match(t):
 		return NvidiaSMI
 	case sniffProm.Match(t):
@@ -155,6 +164,11 @@ type Options struct {
 	// Events returns one kernel finding per event instead of the per-input
 	// aggregate (detect.Aggregate). Other formats are grouped by their parser.
 	Events bool
+	// BootTime, when set, places kernel records that carry only a time since
+	// boot (dmesg "[7510.129324]", /dev/kmsg) in wall-clock time: BootTime
+	// plus their monotonic timestamp. Records with a wall-clock time of their
+	// own keep it; without BootTime such records stay untimed (zero Time).
+	BootTime time.Time
 }
 
 // Result is what Scan read.
@@ -201,6 +215,10 @@ func Scan(ctx context.Context, r io.Reader, f Format, o Options) (Result, error)
 		fs, err = dcgmtext.ParseDiag(br)
 	case Prometheus:
 		fs, err = dcgmtext.ParseMetrics(br)
+	case JobLog:
+		var st joblog.Stats
+		fs, st, err = joblog.Parse(br)
+		res.Lines = st.Lines
 	case RuntimeLog:
 		var st runtimelog.Stats
 		fs, st, err = runtimelog.Parse(br)
@@ -243,6 +261,9 @@ func scanKernel(ctx context.Context, r io.Reader, format kmsg.Format, o Options,
 		rec, ok := p.Next()
 		if !ok {
 			break
+		}
+		if rec.Time.IsZero() && rec.Usec >= 0 && !o.BootTime.IsZero() {
+			rec.Time = o.BootTime.Add(time.Duration(rec.Usec) * time.Microsecond).UTC()
 		}
 		events = append(events, d.Feed(rec)...)
 	}

@@ -4,8 +4,29 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"strings"
 	"testing"
+	"time"
 )
+
+// TestBootTime: with the boot time known, dmesg's seconds since boot become
+// wall-clock times; without it the findings stay untimed.
+func TestBootTime(t *testing.T) {
+	t.Parallel()
+	in := "[ 7510.129324] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.\n"
+	boot := time.Date(2026, 2, 2, 20, 47, 0, 0, time.UTC)
+	res, err := Scan(context.Background(), strings.NewReader(in), Auto, Options{BootTime: boot})
+	if err != nil || len(res.Findings) != 1 {
+		t.Fatalf("scan: %v %+v", err, res.Findings)
+	}
+	if want := boot.Add(7510129324 * time.Microsecond); !res.Findings[0].Time.Equal(want) {
+		t.Errorf("time %s, want %s", res.Findings[0].Time, want)
+	}
+	res, _ = Scan(context.Background(), strings.NewReader(in), Auto, Options{})
+	if !res.Findings[0].Time.IsZero() {
+		t.Errorf("no boot time, but time %s", res.Findings[0].Time)
+	}
+}
 
 func TestSniff(t *testing.T) {
 	t.Parallel()
@@ -22,6 +43,12 @@ func TestSniff(t *testing.T) {
 		{"# HELP DCGM_FI_DEV_XID_ERRORS x\n", Prometheus},
 		{"Successfully ran diagnostic for group.\n| Diagnostic | Result |", DcgmiDiag},
 		{"GPU 3: Tesla V100\n Link 3: <inactive>", NvidiaSMI},
+		{"Failed to initialize NVML: Driver/library version mismatch\n", NvidiaSMI},
+		{"job-a-worker-0:3468:3905 [4] ib_plugin.c:1615 NCCL WARN NET/IB : Got completion from peer 10.0.2.36<54862> with status=12", JobLog},
+		{"[2026-01-04 21:33:04] job-b-master-0:617:2799 [3] transport/net_ib.cc:2360 NCCL WARN NET/IB: x", JobLog},
+		{"failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create failed", RuntimeLog},
+		{"KubeletNotReady              container runtime is down", RuntimeLog},
+		{"[Jul 01 2024 10:00:00] [ERROR] [tid 841] detected NVSwitch non-fatal error 12028 on fid 0", RuntimeLog},
 		{"", KernelLog},
 	}
 	for _, tt := range tests {

@@ -37,6 +37,8 @@ func retErr(op string, r gonvml.Return) error {
 		return fmt.Errorf("%s: %w", op, ErrResetRequired)
 	case gonvml.ERROR_UNKNOWN:
 		return fmt.Errorf("%s: %w", op, ErrUnknown)
+	case gonvml.ERROR_LIB_RM_VERSION_MISMATCH:
+		return fmt.Errorf("%s: %w", op, ErrVersionMismatch)
 	}
 	return fmt.Errorf("%s: NVML return code %s", op, strconv.Itoa(int(r)))
 }

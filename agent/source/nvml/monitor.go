@@ -30,6 +30,12 @@ type Options struct {
 	ExpectGPUs bool
 	// Now is the clock for finding times; default time.Now.
 	Now func() time.Time
+	// Versions returns the loaded kernel module's and the user-space
+	// library's driver versions without NVML (hostroot.Root.DriverVersions);
+	// nil: not known. They go into the heartbeat, and a difference is a
+	// driver-version-mismatch finding even while this agent's own NVML
+	// session, opened before the upgrade, still works.
+	Versions func() (module, library string)
 }
 
 // Monitor is the NVML monitor. Check must not be called concurrently.
@@ -78,14 +84,21 @@ func (m *Monitor) call(ctx context.Context, op string, fn func() error) error {
 func (m *Monitor) Check(ctx context.Context) source.Result {
 	now := m.opts.Now()
 	lib := m.opts.Library
+	var mod, libv string
+	if m.opts.Versions != nil {
+		mod, libv = m.opts.Versions()
+	}
 	if !m.initialized {
 		err := m.call(ctx, "nvml init", lib.Init)
 		if err != nil {
-			return m.initFailed(err, now)
+			res := m.initFailed(err, now, mod, libv)
+			res.ModuleVersion, res.LibraryVersion = mod, libv
+			return res
 		}
 		m.initialized, m.lastInitErr = true, ""
 	}
-	res := source.Result{State: finding.StateOK}
+	res := source.Result{State: finding.StateOK, ModuleVersion: mod, LibraryVersion: libv}
+	m.reportIf(&res, "version-pair", mod != "" && libv != "" && mod != libv, mod+"/"+libv, mismatchFinding(now, "agent", mod, libv))
 	var problems []string
 	var n int
 	var driver string
@@ -285,9 +298,19 @@ func (m *Monitor) reportIf(res *source.Result, k string, on bool, v string, f fi
 	m.report(res, k, v, f)
 }
 
-// initFailed is the result of a failed Init: never a hardware fault.
-func (m *Monitor) initFailed(err error, now time.Time) source.Result {
+// initFailed is the result of a failed Init: never a hardware fault. A
+// version mismatch is a fact about the node's driver, not about the
+// monitor: the state is failing and the finding a driver-version-mismatch.
+func (m *Monitor) initFailed(err error, now time.Time, mod, libv string) source.Result {
 	res := source.Result{State: finding.StateUnknown, Reason: err.Error()}
+	if errors.Is(err, ErrVersionMismatch) {
+		res.State = finding.StateFailing
+		if msg := err.Error(); msg != m.lastInitErr {
+			m.lastInitErr = msg
+			res.Findings = append(res.Findings, mismatchFinding(now, "nvml", mod, libv))
+		}
+		return res
+	}
 	if errors.Is(err, ErrLibraryNotFound) && !m.opts.ExpectGPUs {
 		res.State = finding.StateAbsent
 		return res
@@ -313,6 +336,23 @@ func (m *Monitor) hung(res source.Result, err error, now time.Time) source.Resul
 		res.Findings = append(res.Findings, monitoringPlane(msg, now))
 	}
 	return res
+}
+
+// mismatchFinding is a driver-version-mismatch seen by the agent: NVML's
+// init error (source nvml) or the module and library versions on the host
+// differing (source agent).
+func mismatchFinding(now time.Time, src, mod, libv string) finding.Finding {
+	attrs := map[string]string{finding.AttrError: ErrVersionMismatch.Error(), finding.AttrSource: src}
+	ev := "nvml: " + ErrVersionMismatch.Error()
+	if mod != "" {
+		attrs[finding.AttrModuleVersion] = mod
+		ev += ", kernel module " + mod
+	}
+	if libv != "" {
+		attrs[finding.AttrNVMLLibraryVersion] = libv
+		ev += ", library " + libv
+	}
+	return finding.Finding{Detector: finding.DetectorDriverVersionMismatch, Time: now, Attrs: attrs, Evidence: []string{ev}}
 }
 
 func monitoringPlane(msg string, now time.Time) finding.Finding {

@@ -251,3 +251,42 @@ func TestNVMLMessage(t *testing.T) {
 		t.Errorf("got %q", got)
 	}
 }
+
+// TestVersionMismatch: NVML's version-mismatch error is a fact about the
+// driver (failing, driver-version-mismatch), not a monitoring-plane outage;
+// with NVML still working (a session opened before the upgrade), the module
+// and library versions differing on the host are the same fact; the
+// heartbeat carries both versions.
+func TestVersionMismatch(t *testing.T) {
+	t.Parallel()
+	mod, libv := "460.56", "460.73.01"
+	versions := func() (string, string) { return mod, libv }
+	lib := &fakeLib{t: t, initErr: fmt.Errorf("nvml init: %w", ErrVersionMismatch), gpus: healthy(1)}
+	m := New(Options{Library: lib, ExpectGPUs: true, Versions: versions, Now: func() time.Time { return time.Unix(0, 0) }})
+	res := m.Check(context.Background())
+	if res.State != "failing" || len(res.Findings) != 1 || res.Findings[0].Detector != "driver-version-mismatch" ||
+		res.Findings[0].Attrs["source"] != "nvml" || res.Findings[0].Attrs["module_version"] != mod || res.Findings[0].Attrs["nvml_library_version"] != libv {
+		t.Fatalf("init mismatch: %+v", res)
+	}
+	if res.ModuleVersion != mod || res.LibraryVersion != libv {
+		t.Errorf("versions %q %q", res.ModuleVersion, res.LibraryVersion)
+	}
+	if again := m.Check(context.Background()); len(again.Findings) != 0 {
+		t.Errorf("the same mismatch reported twice: %+v", again.Findings)
+	}
+
+	lib2 := &fakeLib{t: t, gpus: healthy(1)}
+	m2 := New(Options{Library: lib2, ExpectGPUs: true, Versions: versions, Now: func() time.Time { return time.Unix(0, 0) }})
+	res = m2.Check(context.Background())
+	var got []string
+	for _, f := range res.Findings {
+		got = append(got, f.Detector+"/"+f.Attrs["source"])
+	}
+	if len(got) != 1 || got[0] != "driver-version-mismatch/agent" {
+		t.Fatalf("working NVML, differing versions: %v", got)
+	}
+	mod = libv // rebooted: the module matches the library
+	if res = m2.Check(context.Background()); len(res.Findings) != 0 || res.ModuleVersion != libv {
+		t.Errorf("after the reboot: %+v", res)
+	}
+}

@@ -70,4 +70,8 @@ var (
 	ErrGPULost         = errors.New("GPU is lost")
 	ErrResetRequired   = errors.New("GPU requires reset")
 	ErrUnknown         = errors.New("Unknown Error")
+	// ErrVersionMismatch is NVML_ERROR_LIB_RM_VERSION_MISMATCH: the
+	// user-space library and the loaded kernel module are of different
+	// driver versions (nvidia-smi prints "Driver/library version mismatch").
+	ErrVersionMismatch = errors.New("Driver/library version mismatch")
 )
