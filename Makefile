@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin
 PKGS    := ./...
 
-.PHONY: all build test test-race demo screenshots generate verify fmt vet bench clean fuzz
+.PHONY: all build test test-race demo screenshots generate verify fmt vet bench load clean fuzz
 
 all: build
 
@@ -58,6 +58,24 @@ fuzz:
 ## bench: benchmarks (figures go in the issue notes, never asserted in tests)
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
+
+## load: the fleet load harness (test/load, docs/scale.md): real controller binary (two replicas,
+## the leader SIGKILLed mid-wave), PostgreSQL (stopped for LOAD_PG_OUTAGE), a kube-apiserver with
+## LOAD_NODES Nodes and NodeClaims, one simulated agent per node; prints the figures and writes them
+## to bin/load-$(LOAD_NODES).txt. A benchmark, not part of `make test` (TestLoadSmoke is).
+LOAD_NODES      ?= 1000
+LOAD_REPLICAS   ?= 2
+LOAD_WORKERS    ?= 4
+LOAD_STEADY     ?= 60s
+LOAD_PG_OUTAGE  ?= 60s
+LOAD_TOLERATION ?= 30s
+LOAD_DB_POOL    ?= 32
+load:
+	@mkdir -p $(BIN)
+	$(GO) test ./test/load -run '^$$' -bench . -benchtime 1x -timeout 60m -args \
+		-load.nodes=$(LOAD_NODES) -load.replicas=$(LOAD_REPLICAS) -load.workers=$(LOAD_WORKERS) \
+		-load.steady=$(LOAD_STEADY) -load.pg-outage=$(LOAD_PG_OUTAGE) -load.toleration=$(LOAD_TOLERATION) -load.db-pool=$(LOAD_DB_POOL) \
+		-load.out=$(CURDIR)/$(BIN)/load-$(LOAD_NODES).txt -load.logs=$(CURDIR)/$(BIN)/load-logs-$(LOAD_NODES)
 
 ## bench-agent: agent CPU/RSS/wake-ups idle and under a 5,000 lines/s /dev/kmsg flood,
 ## side by side with node-problem-detector's kernel monitor (root, Linux; builds NPD into .tools/)

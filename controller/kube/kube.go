@@ -315,7 +315,11 @@ func (k *Cluster) RecordEvent(ctx context.Context, node, eventType, reason, mess
 // ErrUIDChanged when the live object has another UID.
 func (k *Cluster) DeleteNodeClaim(ctx context.Context, name string, uid types.UID) (issued bool, err error) {
 	var nc karpv1.NodeClaim
-	if err := k.c.Get(ctx, client.ObjectKey{Name: name}, &nc); err != nil {
+	var r client.Reader = k.c
+	if k.cached != nil {
+		r = k.cached.direct // the cache may not show our own delete yet: read the API server
+	}
+	if err := r.Get(ctx, client.ObjectKey{Name: name}, &nc); err != nil {
 		if apierrors.IsNotFound(err) {
 			return false, nil
 		}

@@ -283,20 +283,40 @@ func (r *Reconciler) ReconcileNode(ctx context.Context, cluster, node string) er
 	fs = append(fs, lifecycleFindings(node, n.BootID, info)...)
 	ds := r.cfg.Engine.Diagnose(diagnose.Input{Cluster: cluster, Node: node, BootID: n.BootID, Findings: fs, Now: now})
 	ds = r.applyPolicy(ds, info.NodePool)
-	if err := r.recordDiagnoses(ctx, k, n.BootID, node, ds, now); err != nil {
+	events, err := r.recordDiagnoses(ctx, k, n.BootID, node, ds, now)
+	if err != nil {
 		return err
 	}
 	head := diagnose.Headline(ds)
 	if head.Severity != catalog.SeverityCondition {
-		return r.healthy(ctx, k, node, head, open, hasOpen, now)
+		err = r.healthy(ctx, k, node, head, open, hasOpen, now)
+	} else {
+		err = r.unhealthy(ctx, k, info, nodeFromInfo(cluster, info, n), head, open, hasOpen, now)
 	}
-	return r.unhealthy(ctx, k, info, nodeFromInfo(cluster, info, n), head, open, hasOpen, now)
+	if err != nil {
+		return err
+	}
+	return r.recordEvents(ctx, k, node, events, now)
 }
 
-// recordDiagnoses stores the diagnoses, deactivates the ones whose evidence
-// cleared, and records one Kubernetes Event per diagnosis.
-func (r *Reconciler) recordDiagnoses(ctx context.Context, k *kube.Cluster, bootID, node string, ds []diagnose.Diagnosis, now time.Time) error {
-	var keep []int64
+// pendingEvent is a stored diagnosis whose Kubernetes Event is not written
+// yet.
+type pendingEvent struct {
+	rec store.DiagnosisRecord
+	d   diagnose.Diagnosis
+}
+
+// recordDiagnoses stores the diagnoses and deactivates the ones whose
+// evidence cleared; it returns the diagnoses that still need their
+// Kubernetes Event. Events are written after the ledger step (recordEvents),
+// so in a wave a repair opens after database work only, not behind the API
+// client's rate limit; an Event not written yet is written by the next
+// reconcile (EventRecordedAt stays zero until it is).
+func (r *Reconciler) recordDiagnoses(ctx context.Context, k *kube.Cluster, bootID, node string, ds []diagnose.Diagnosis, now time.Time) ([]pendingEvent, error) {
+	var (
+		keep    []int64
+		pending []pendingEvent
+	)
 	for _, d := range ds {
 		rec, _, err := r.cfg.Store.UpsertDiagnosis(ctx, store.DiagnosisRecord{
 			Cluster: k.Name(), Node: node, BootID: bootID, Reason: d.Reason, Severity: string(d.Severity),
@@ -306,12 +326,24 @@ func (r *Reconciler) recordDiagnoses(ctx context.Context, k *kube.Cluster, bootI
 				"escalateTo": d.EscalateTo, "urgency": d.Urgency, "evidence": d.Evidence, "count": d.Count},
 		}, now)
 		if err != nil {
-			return fmt.Errorf("record diagnosis %s on %s/%s: %w", d.Reason, k.Name(), node, err)
+			return nil, fmt.Errorf("record diagnosis %s on %s/%s: %w", d.Reason, k.Name(), node, err)
 		}
 		keep = append(keep, rec.ID)
-		if !rec.EventRecordedAt.IsZero() || d.Severity == catalog.SeverityNone {
-			continue
+		if rec.EventRecordedAt.IsZero() && d.Severity != catalog.SeverityNone {
+			pending = append(pending, pendingEvent{rec: rec, d: d})
 		}
+	}
+	if _, err := r.cfg.Store.DeactivateDiagnoses(ctx, k.Name(), node, keep, now); err != nil {
+		return nil, fmt.Errorf("deactivate diagnoses on %s/%s: %w", k.Name(), node, err)
+	}
+	return pending, nil
+}
+
+// recordEvents writes one Kubernetes Event per pending diagnosis and marks
+// it recorded.
+func (r *Reconciler) recordEvents(ctx context.Context, k *kube.Cluster, node string, pending []pendingEvent, now time.Time) error {
+	for _, p := range pending {
+		rec, d := p.rec, p.d
 		evType := corev1.EventTypeWarning
 		if d.Severity == catalog.SeverityEvent && d.FaultClass == "none" {
 			evType = corev1.EventTypeNormal
@@ -322,9 +354,6 @@ func (r *Reconciler) recordDiagnoses(ctx context.Context, k *kube.Cluster, bootI
 		if err := r.cfg.Store.MarkEventRecorded(ctx, rec.ID, now); err != nil {
 			return fmt.Errorf("mark event recorded: %w", err)
 		}
-	}
-	if _, err := r.cfg.Store.DeactivateDiagnoses(ctx, k.Name(), node, keep, now); err != nil {
-		return fmt.Errorf("deactivate diagnoses on %s/%s: %w", k.Name(), node, err)
 	}
 	return nil
 }

@@ -47,6 +47,10 @@ type Store struct {
 	groups *heartbeatGroups
 }
 
+// DefaultMaxConns is the connection pool size when the DSN does not set
+// pool_max_conns.
+const DefaultMaxConns = 20
+
 // Open connects to the database at dsn (a postgres:// URL or a libpq
 // keyword/value string) and checks that it answers. The schema must have been
 // migrated (Migrate). Close releases the pool.
@@ -59,6 +63,15 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	// any text rendering in SQL (logs, errors) consistent.
 	cfg.ConnConfig.RuntimeParams["timezone"] = "UTC"
 	cfg.ConnConfig.RuntimeParams["application_name"] = "fleetrepair"
+	if !strings.Contains(dsn, "pool_max_conns") {
+		// pgxpool's default, max(4, CPUs), is 4 on a 2-core pod: the
+		// reconcile workers alone took all of it and ingest stalled behind
+		// them in the load harness (docs/scale.md). Ingest in flight is
+		// bounded separately (web/api MaxIngestInFlight), so 20 serves
+		// workers, ingest and the API together; two replicas stay well
+		// under PostgreSQL's default max_connections of 100.
+		cfg.MaxConns = DefaultMaxConns
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open database pool: %w", err)

@@ -70,7 +70,7 @@ type Server struct {
 	logFile  string
 	port     int
 	cred     *syscall.Credential // nil: run as the current user
-	settings map[string]string   // Options.Settings, for Restart
+	settings map[string]string   // Options.Settings, kept for Resume
 
 	cmd  *exec.Cmd
 	done chan struct{} // closed when cmd has been waited for
@@ -78,6 +78,10 @@ type Server struct {
 
 	stopOnce sync.Once
 	stopErr  error
+
+	// mu serializes Halt, Resume and Stop, which replace cmd and done.
+	mu     sync.Mutex
+	halted bool
 }
 
 // Start creates a database cluster in a new temporary directory and starts a
@@ -203,7 +207,7 @@ func (s *Server) start(ctx context.Context, settings map[string]string) error {
 		args = append(args, "-c", k+"="+base[k])
 	}
 
-	logf, err := os.OpenFile(s.logFile, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	logf, err := os.OpenFile(s.logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644) // Resume appends
 	if err != nil {
 		return fmt.Errorf("create server log: %w", err)
 	}
@@ -299,55 +303,20 @@ func (s *Server) DSN(dbname string) string {
 	return fmt.Sprintf("postgres://%s@127.0.0.1:%d/%s?sslmode=disable", Superuser, s.port, dbname)
 }
 
-// Halt shuts the server down (pg_ctl stop -m fast: connections are closed,
-// new ones refused) but keeps its data, for tests of a database outage;
-// Restart starts it again on the same port. Stop still cleans up after a
-// Halt.
-func (s *Server) Halt() error {
-	if s.cmd == nil {
-		return errors.New("halt postgres: not running")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	out, err := s.command(ctx, "pg_ctl", "stop", "-D", s.dataDir, "-m", "fast", "-w", "-t", "20").CombinedOutput()
-	s.kill()
-	s.cmd = nil
-	if err != nil {
-		return fmt.Errorf("run pg_ctl stop: %w: %s", err, tail(out, 1000))
-	}
-	return nil
-}
-
-// Restart starts a server stopped by Halt on its data, port and settings,
-// returning once it accepts connections.
-func (s *Server) Restart(ctx context.Context) error {
-	if s.cmd != nil {
-		return errors.New("restart postgres: already running")
-	}
-	s.done, s.werr = make(chan struct{}), nil
-	if err := s.start(ctx, s.settings); err != nil {
-		s.kill()
-		return fmt.Errorf("restart postgres: %w", err)
-	}
-	return nil
-}
-
 // Stop shuts the server down (pg_ctl stop -m fast, falling back to signals)
-// and removes its temporary directory. It is safe to call more than once.
+// and removes its temporary directory. It is safe to call more than once,
+// and after Halt.
 func (s *Server) Stop() error {
 	s.stopOnce.Do(func() { s.stopErr = s.stop() })
 	return s.stopErr
 }
 
 func (s *Server) stop() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	var errs []error
-	if s.cmd != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		out, err := s.command(ctx, "pg_ctl", "stop", "-D", s.dataDir, "-m", "fast", "-w", "-t", "20").CombinedOutput()
-		cancel()
-		if err != nil {
-			errs = append(errs, fmt.Errorf("run pg_ctl stop: %w: %s", err, tail(out, 1000)))
-		}
+	if s.cmd != nil && !s.halted {
+		errs = append(errs, s.pgCtlStop())
 		s.kill()
 	}
 	if err := os.RemoveAll(s.dir); err != nil {
@@ -358,6 +327,67 @@ func (s *Server) stop() error {
 
 // kill makes sure the postgres process is gone: SIGINT (fast shutdown), then
 // SIGKILL after 10 s.
+// pgCtlStop runs pg_ctl stop -m fast (disconnect every client, shut down
+// cleanly) and waits up to 20 s for it.
+func (s *Server) pgCtlStop() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := s.command(ctx, "pg_ctl", "stop", "-D", s.dataDir, "-m", "fast", "-w", "-t", "20").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("run pg_ctl stop: %w: %s", err, tail(out, 1000))
+	}
+	return nil
+}
+
+// Halt shuts the server down like Stop (pg_ctl stop -m fast: open
+// connections are closed, new ones are refused) but keeps its data
+// directory and port, so that Resume brings the same database back: an
+// outage of the database for tests of what its clients do meanwhile. It
+// returns once the server process has exited. Halting a halted server is
+// an error.
+func (s *Server) Halt() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.halted {
+		return errors.New("halt postgres: already halted")
+	}
+	err := s.pgCtlStop()
+	s.kill()
+	s.halted = true
+	return err
+}
+
+// Resume starts a halted server again on the same data directory, port and
+// settings, and returns once it accepts connections (bounded by ctx). The
+// port was released by Halt; if another process took it meanwhile, Resume
+// fails with the server log.
+func (s *Server) Resume(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.halted {
+		return errors.New("resume postgres: not halted")
+	}
+	s.cmd, s.done, s.werr = nil, make(chan struct{}), nil
+	if err := s.start(ctx, s.settings); err != nil {
+		s.kill()
+		return fmt.Errorf("resume postgres: %w", err)
+	}
+	s.halted = false
+	return nil
+}
+
+// PID returns the process id of the running postmaster (the parent of
+// every backend), or 0 while the server is halted. The server's CPU time
+// is that process's and its children's (/proc/PID/stat).
+func (s *Server) PID() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.halted || s.cmd == nil || s.cmd.Process == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
 func (s *Server) kill() {
 	if s.cmd == nil || s.cmd.Process == nil {
 		return

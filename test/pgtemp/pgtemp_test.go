@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 func TestStartStop(t *testing.T) {
@@ -100,4 +102,58 @@ func TestUnknownUser(t *testing.T) {
 func fileExists(p string) bool {
 	_, err := os.Stat(p)
 	return err == nil
+}
+
+// TestHaltResume: a halted server refuses connections and keeps its data;
+// Resume brings the same database back on the same port.
+func TestHaltResume(t *testing.T) {
+	ctx := context.Background()
+	s, err := Start(ctx, Options{})
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	defer s.Stop()
+	conn, err := pgx.Connect(ctx, s.DSN(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, "CREATE TABLE kept (v int); INSERT INTO kept VALUES (42)"); err != nil {
+		t.Fatal(err)
+	}
+	conn.Close(ctx)
+	pid := s.PID()
+	if pid == 0 {
+		t.Fatal("PID() = 0 on a running server")
+	}
+	if err := s.Halt(); err != nil {
+		t.Fatalf("Halt: %v", err)
+	}
+	if s.PID() != 0 {
+		t.Errorf("PID() = %d after Halt, want 0", s.PID())
+	}
+	if err := s.Halt(); err == nil {
+		t.Error("second Halt: no error")
+	}
+	if c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(s.Port()), time.Second); err == nil {
+		c.Close()
+		t.Fatalf("port %d accepts connections while halted", s.Port())
+	}
+	if err := s.Resume(ctx); err != nil {
+		t.Fatalf("Resume: %v", err)
+	}
+	if s.PID() == 0 || s.PID() == pid {
+		t.Errorf("PID() = %d after Resume, want a new postmaster (was %d)", s.PID(), pid)
+	}
+	conn, err = pgx.Connect(ctx, s.DSN(""))
+	if err != nil {
+		t.Fatalf("connect after Resume: %v", err)
+	}
+	defer conn.Close(ctx)
+	var v int
+	if err := conn.QueryRow(ctx, "SELECT v FROM kept").Scan(&v); err != nil || v != 42 {
+		t.Fatalf("row after Resume = %d, %v; want 42", v, err)
+	}
+	if err := s.Resume(ctx); err == nil {
+		t.Error("Resume of a running server: no error")
+	}
 }

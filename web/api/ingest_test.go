@@ -190,7 +190,7 @@ func TestIngestDatabaseDown(t *testing.T) {
 	if strings.Contains(eb.Detail+eb.Message, "dial") || strings.Contains(eb.Detail+eb.Message, "127.0.0.1") {
 		t.Errorf("the answer carries the driver's error: %+v", eb)
 	}
-	if err := o.pg.Restart(context.Background()); err != nil {
+	if err := o.pg.Resume(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	// A pooled connection from before the stop fails once (503 again); the
@@ -319,7 +319,7 @@ func TestAgentAcrossDatabaseOutage(t *testing.T) {
 	}
 	enqueue(100, 200) // observed during the outage: queued and resent
 	waitFor("a 503 during the outage", func() bool { return o.count(http.StatusServiceUnavailable) > 0 })
-	if err := o.pg.Restart(context.Background()); err != nil {
+	if err := o.pg.Resume(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	enqueue(200, total)

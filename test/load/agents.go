@@ -1,0 +1,166 @@
+package load
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// agentStats is what the simulated agents saw, fleet-wide: every POST's
+// outcome, the latency of the accepted ones, and the IDs of the findings the
+// controller acknowledged (a 2xx to the request that carried them).
+type agentStats struct {
+	mu      sync.Mutex
+	lat     []time.Duration // accepted POSTs of the current phase
+	acked   map[string]bool // finding IDs acknowledged, whole run
+	ackedAt map[string]time.Time
+
+	ok, tooMany, server, client, network atomic.Int64 // POST outcomes, whole run
+	firstOK                              atomic.Int64 // agents with at least one accepted report
+}
+
+func newAgentStats() *agentStats {
+	return &agentStats{acked: map[string]bool{}, ackedAt: map[string]time.Time{}}
+}
+
+// counts is a snapshot of the POST outcome counters.
+type counts struct{ ok, tooMany, server, client, network int64 }
+
+func (s *agentStats) counts() counts {
+	return counts{s.ok.Load(), s.tooMany.Load(), s.server.Load(), s.client.Load(), s.network.Load()}
+}
+
+func (c counts) sub(o counts) counts {
+	return counts{c.ok - o.ok, c.tooMany - o.tooMany, c.server - o.server, c.client - o.client, c.network - o.network}
+}
+
+// takeLatencies returns the accepted POSTs' latencies since the last call,
+// sorted, and starts a new phase.
+func (s *agentStats) takeLatencies() []time.Duration {
+	s.mu.Lock()
+	l := s.lat
+	s.lat = nil
+	s.mu.Unlock()
+	slices.Sort(l)
+	return l
+}
+
+func (s *agentStats) ackedIDs() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]string, 0, len(s.acked))
+	for id := range s.acked {
+		out = append(out, id)
+	}
+	return out
+}
+
+func (s *agentStats) ackTime(id string) (time.Time, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t, ok := s.ackedAt[id]
+	return t, ok
+}
+
+func (s *agentStats) ackedCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.acked)
+}
+
+// agentTransport is one simulated agent's HTTP transport, under the real
+// agent's uplink (agent/uplink): it sends each POST to the agent's current
+// controller replica, moves to the next replica when the current one cannot
+// be reached (a Service would do the same), and records the outcome. The
+// uplink itself does the batching, the retries with backoff and jitter,
+// Retry-After, and keeps every unacknowledged finding queued.
+type agentTransport struct {
+	base  http.RoundTripper
+	urls  []*url.URL
+	cur   atomic.Int32
+	st    *agentStats
+	first atomic.Bool // this agent had a report accepted
+}
+
+func (t *agentTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	var body []byte
+	if req.Body != nil {
+		b, err := io.ReadAll(req.Body)
+		req.Body.Close()
+		if err != nil {
+			return nil, err
+		}
+		body = b
+	}
+	i := int(t.cur.Load())
+	u := t.urls[i%len(t.urls)]
+	r := req.Clone(req.Context())
+	r.URL.Scheme, r.URL.Host, r.Host = u.Scheme, u.Host, u.Host
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.ContentLength = int64(len(body))
+	start := time.Now()
+	resp, err := t.base.RoundTrip(r)
+	if err != nil {
+		t.st.network.Add(1)
+		if len(t.urls) > 1 {
+			t.cur.CompareAndSwap(int32(i), int32((i+1)%len(t.urls)))
+		}
+		return nil, err
+	}
+	d := time.Since(start)
+	switch c := resp.StatusCode; {
+	case c >= 200 && c < 300:
+		t.st.ok.Add(1)
+		if !t.first.Swap(true) {
+			t.st.firstOK.Add(1)
+		}
+		var ids []string
+		if !bytes.Contains(body, []byte(`"findings":[]`)) {
+			var rep struct {
+				Findings []struct {
+					ID string `json:"id"`
+				} `json:"findings"`
+			}
+			if json.Unmarshal(body, &rep) == nil {
+				for _, f := range rep.Findings {
+					ids = append(ids, f.ID)
+				}
+			}
+		}
+		now := time.Now()
+		t.st.mu.Lock()
+		t.st.lat = append(t.st.lat, d)
+		for _, id := range ids {
+			if !t.st.acked[id] {
+				t.st.acked[id] = true
+				t.st.ackedAt[id] = now
+			}
+		}
+		t.st.mu.Unlock()
+	case c == http.StatusTooManyRequests:
+		t.st.tooMany.Add(1)
+	case c >= 500:
+		t.st.server.Add(1)
+	default:
+		t.st.client.Add(1)
+	}
+	return resp, nil
+}
+
+// countingTransport counts the harness's own requests to the API server, so
+// they can be taken out of apiserver_request_total.
+type countingTransport struct {
+	base http.RoundTripper
+	n    *atomic.Int64
+}
+
+func (c countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.n.Add(1)
+	return c.base.RoundTrip(r)
+}

@@ -1,0 +1,90 @@
+package load
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Sizes of BenchmarkLoad (`make load`, see docs/scale.md).
+var (
+	flagNodes      = flag.Int("load.nodes", 1000, "simulated nodes")
+	flagZones      = flag.Int("load.zones", 4, "zones")
+	flagReplicas   = flag.Int("load.replicas", 2, "controller replicas (1 or 2); 2 kills the leader mid-wave")
+	flagWorkers    = flag.Int("load.workers", 4, "controller --workers")
+	flagSteady     = flag.Duration("load.steady", 60*time.Second, "steady-heartbeat phase")
+	flagHeartbeat  = flag.Duration("load.heartbeat", 30*time.Second, "agent heartbeat interval")
+	flagToleration = flag.Duration("load.toleration", 30*time.Second, "controller --toleration")
+	flagPGOutage   = flag.Duration("load.pg-outage", 60*time.Second, "PostgreSQL stopped this long (negative: skip)")
+	flagDBPool     = flag.Int("load.db-pool", 32, "pool_max_conns of the controllers' database URL (0: pgxpool's default, which deadlocks at 2 CPUs, see docs/scale.md)")
+	flagLogs       = flag.String("load.logs", "", "keep the controllers' logs in this folder (default: a temporary folder, removed)")
+	flagOut        = flag.String("load.out", "", "also write the table to this file (default: load-<nodes>.txt in the system temp folder)")
+)
+
+// BenchmarkLoad runs every scenario once on a fleet sized by the -load.*
+// flags and prints the figures; `make load` runs it with -benchtime 1x.
+func BenchmarkLoad(b *testing.B) {
+	cfg := Config{Nodes: *flagNodes, Zones: *flagZones, Replicas: *flagReplicas, KillLeader: *flagReplicas > 1,
+		Workers: *flagWorkers, Steady: *flagSteady, Heartbeat: *flagHeartbeat, Toleration: *flagToleration,
+		PGOutage: *flagPGOutage, DBPoolConns: *flagDBPool, LogDir: *flagLogs, Logf: b.Logf}
+	var res *Result
+	for b.Loop() {
+		res = Run(b, cfg)
+	}
+	out := *flagOut
+	if out == "" {
+		out = filepath.Join(os.TempDir(), "load-"+strconv.Itoa(cfg.Nodes)+".txt")
+	}
+	f, err := os.Create(out)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	if err := res.WriteTable(f); err != nil {
+		b.Fatal(err)
+	}
+	if err := res.WriteTable(os.Stdout); err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("figures written to %s", out)
+	for _, p := range res.Phases {
+		if p.Name == "steady" {
+			b.ReportMetric(p.Rate(), "reports/s")
+			b.ReportMetric(ms(p.P99), "p99-ms")
+			b.ReportMetric(p.ControllerCores, "ctrl-cores")
+		}
+	}
+	if err := res.Err(); err != nil {
+		b.Error(err)
+	}
+}
+
+// TestLoadSmoke is the harness in small, in `make test`: 200 nodes, two
+// replicas with the leader SIGKILLed mid-wave, a 5 s database outage. It
+// asserts correctness only (the zone breaker trips and holds the zone, the
+// lone failure elsewhere reaches deleting with exactly one NodeClaim
+// delete, no acknowledged finding is lost), never a timing. It runs the
+// controllers with pool_max_conns=32: with pgxpool's default (4 on 2 CPUs)
+// the deletion guards of a wave deadlock the pool (docs/scale.md).
+func TestLoadSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skip: the load smoke starts PostgreSQL, an API server and two controllers")
+	}
+	res := Run(t, Config{Nodes: 200, Zones: 4, Replicas: 2, KillLeader: true, Heartbeat: 5 * time.Second,
+		Flush: time.Second, Steady: 5 * time.Second, WaveMax: 90 * time.Second, Toleration: 10 * time.Second,
+		Resync: 2 * time.Second, PGOutage: 5 * time.Second, Background: 20, DBPoolConns: 32, Drain: 60 * time.Second, Logf: t.Logf})
+	var b strings.Builder
+	_ = res.WriteTable(&b)
+	t.Log("\n" + b.String())
+	if err := res.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if res.WaveCohort != "zone=zone-a" || res.ZoneDeleted != 0 || res.LoneDeletes < 1 || res.Lost != 0 || res.Acked == 0 {
+		t.Fatalf("result: cohort %q, zone deletions %d, lone deletes %.0f, lost %d of %d acknowledged",
+			res.WaveCohort, res.ZoneDeleted, res.LoneDeletes, res.Lost, res.Acked)
+	}
+}

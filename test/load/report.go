@@ -1,0 +1,113 @@
+package load
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// WriteTable writes the run's figures as plain-text tables: one row per
+// phase, then the wave's outcome and the loss count.
+func (r *Result) WriteTable(w io.Writer) error {
+	c := r.Config
+	var b strings.Builder
+	fmt.Fprintf(&b, "fleetrepair load: %d nodes in %d zones, 1 cluster, %d controller replica(s) (--workers %d, --toleration %s, --resync %s), heartbeat %s, background %.0f findings/s\n",
+		c.Nodes, c.Zones, c.Replicas, c.Workers, c.Toleration, c.Resync, c.Heartbeat, c.Background)
+	pool := "pgxpool default"
+	if c.DBPoolConns > 0 {
+		pool = fmt.Sprintf("pool_max_conns=%d", c.DBPoolConns)
+	}
+	fmt.Fprintf(&b, "controller database pool: %s; agents: agent/uplink, --agent-auth=static\n", pool)
+	fmt.Fprintf(&b, "setup (PostgreSQL, API server, Nodes+NodeClaims, controllers, first heartbeats): %s\n\n", r.Setup.Round(time.Second))
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "phase\tseconds\taccepted/s\tp50 ms\tp99 ms\t429\t5xx\t4xx\tno answer\tctrl cores\tctrl RSS MiB\tpg cores\tharness cores\tapiserver req/s\t")
+	for _, p := range r.Phases {
+		fmt.Fprintf(tw, "%s\t%.0f\t%.1f\t%.1f\t%.1f\t%d\t%d\t%d\t%d\t%.2f\t%.0f\t%.2f\t%.2f\t%.1f\t\n", p.Name, p.Duration.Seconds(), p.Rate(),
+			ms(p.P50), ms(p.P99), p.TooMany, p.ServerErrors, p.ClientErrors, p.NetworkErrors, p.ControllerCores,
+			float64(p.ControllerRSS)/(1<<20), p.PostgresCores, p.HarnessCores, p.APIRate())
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(&b)
+	for _, p := range r.Phases {
+		fmt.Fprintf(&b, "apiserver requests in %s (harness excluded): %s\n", p.Name, verbs(p.APIByVerb))
+	}
+	fmt.Fprintln(&b)
+	fmt.Fprintf(&b, "wave: %d nodes of %s report Xid 79 within %s\n", r.WaveNodes, "zone-a", c.WaveSpread)
+	if r.WaveCohort != "" {
+		fmt.Fprintf(&b, "  breaker %s tripped %s after the first failing report, %s after the last one was acknowledged\n",
+			r.WaveCohort, r.TripAfter.Round(time.Millisecond), r.TripLast.Round(time.Millisecond))
+	} else {
+		fmt.Fprintf(&b, "  no breaker tripped\n")
+	}
+	fmt.Fprintf(&b, "  wave repairs opened: %d of %d; finding given to the agent -> repair created p50 %s p99 %s\n",
+		r.WaveOpened, r.WaveNodes, r.OpenP50.Round(time.Millisecond), r.OpenP99.Round(time.Millisecond))
+	fmt.Fprintf(&b, "  repairs opened over time (s:count): %s\n", samples(r.OpenedAt))
+	fmt.Fprintf(&b, "  NodeClaims deleted in the wave zone: %d (must be 0)\n", r.ZoneDeleted)
+	if r.LoneAfter > 0 {
+		fmt.Fprintf(&b, "  lone failure elsewhere: deleting %s after its report (toleration %s); NodeClaim DELETE calls: %.0f\n",
+			r.LoneAfter.Round(time.Millisecond), c.Toleration, r.LoneDeletes)
+	} else {
+		fmt.Fprintf(&b, "  lone failure elsewhere: never reached deleting; NodeClaim DELETE calls: %.0f\n", r.LoneDeletes)
+	}
+	if r.Killed != "" {
+		fmt.Fprintf(&b, "  %s (the Lease holder) SIGKILLed mid-wave\n", r.Killed)
+	}
+	fmt.Fprintf(&b, "findings: %d given to agents, %d acknowledged, %d of those stored, lost %d (must be 0)\n", r.Enqueued, r.Acked, r.Stored, r.Lost)
+	for _, n := range r.Notes {
+		fmt.Fprintf(&b, "note: %s\n", n)
+	}
+	if len(r.Failures) == 0 {
+		fmt.Fprintf(&b, "correctness: ok\n")
+	} else {
+		fmt.Fprintf(&b, "correctness: %d FAILURES\n", len(r.Failures))
+		for _, f := range r.Failures {
+			fmt.Fprintf(&b, "  - %s\n", f)
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func verbs(m map[string]float64) string {
+	type kv struct {
+		k string
+		v float64
+	}
+	var l []kv
+	for k, v := range m {
+		l = append(l, kv{k, v})
+	}
+	for i := 1; i < len(l); i++ {
+		for j := i; j > 0 && l[j].v > l[j-1].v; j-- {
+			l[j], l[j-1] = l[j-1], l[j]
+		}
+	}
+	var parts []string
+	for i, e := range l {
+		if i == 8 {
+			parts = append(parts, "...")
+			break
+		}
+		parts = append(parts, fmt.Sprintf("%s %.0f", strings.TrimSpace(e.k), e.v))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func samples(s []Sample) string {
+	var parts []string
+	step := max(1, len(s)/15)
+	for i := 0; i < len(s); i += step {
+		parts = append(parts, fmt.Sprintf("%.1f:%d", s[i].At.Seconds(), s[i].N))
+	}
+	if len(s) > 0 && (len(s)-1)%step != 0 {
+		last := s[len(s)-1]
+		parts = append(parts, fmt.Sprintf("%.1f:%d", last.At.Seconds(), last.N))
+	}
+	return strings.Join(parts, " ")
+}
