@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin
 PKGS    := ./...
 
-.PHONY: all build test test-race demo screenshots generate verify fmt vet bench load clean
+.PHONY: all build test test-race demo screenshots generate verify fmt vet bench load clean fuzz
 
 all: build
 
@@ -43,6 +43,17 @@ fmt:
 
 vet:
 	$(GO) vet $(PKGS)
+
+## fuzz: every Go fuzz target for FUZZTIME each (make test runs their seed corpora; a crasher
+## is written to the package's testdata/fuzz and stays there as a seed: commit it with the fix)
+FUZZTIME ?= 30s
+fuzz:
+	@set -e; for pkg in $$($(GO) list ./...); do \
+	  for fn in $$($(GO) test -list '^Fuzz' $$pkg 2>/dev/null | grep '^Fuzz' || true); do \
+	    echo "== fuzz $$pkg $$fn ($(FUZZTIME))"; \
+	    $(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) -parallel 2 $$pkg; \
+	  done; \
+	done
 
 ## bench: benchmarks (figures go in the issue notes, never asserted in tests)
 bench:

@@ -59,7 +59,8 @@ func parseXid(msg string) (xidLine, bool) {
 		return xidLine{}, false
 	}
 	n, err := strconv.Atoi(m[2])
-	if err != nil || n <= 0 {
+	if err != nil || n <= 0 || n > finding.MaxXid { // the wire contract's range
+
 		return xidLine{}, false
 	}
 	x := xidLine{xid: n}

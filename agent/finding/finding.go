@@ -290,18 +290,24 @@ const MaxFindingsPerReport = 1000
 
 // Bounds of a Report's fields, checked by Validate.
 const (
-	MaxNameLength     = 253       // cluster and node names (a DNS subdomain)
-	MaxDetectorLength = 64        // detector names
-	MaxXid            = 1 << 16   // Xid numbers are small; anything larger is garbage
-	MaxCount          = 1<<31 - 1 // counts fit PostgreSQL's integer
+	MaxNameLength     = 253 // cluster and node names (a DNS subdomain)
+	MaxDetectorLength = 64  // detector names
+	// MaxXid is the largest Xid number on the wire: the driver prints the
+	// number in decimal and the agent's parser (agent/detect/xid.go) reads at
+	// most five digits, so both sides share 1..99999. NVIDIA's catalog
+	// stays far below; the headroom keeps an unknown new Xid a finding the
+	// controller stores (and diagnoses as unknown), never a refused report.
+	MaxXid   = 99999
+	MaxCount = 1<<31 - 1 // counts fit PostgreSQL's integer
 )
 
 // Sanitize makes every string of the report storable without losing
 // information: NUL bytes, which PostgreSQL text cannot hold, become the
 // kernel's own escape `\x00` (a kernel line read from a text file may carry
-// them). Call it before Validate.
+// them, and so may a driver or model string read from a broken GPU). It
+// covers every string field, heartbeat included. Call it before Validate.
 func (r *Report) Sanitize() {
-	r.Cluster, r.Node, r.BootID = escapeNUL(r.Cluster), escapeNUL(r.Node), escapeNUL(r.BootID)
+	r.Cluster, r.Node, r.BootID, r.AgentVersion = escapeNUL(r.Cluster), escapeNUL(r.Node), escapeNUL(r.BootID), escapeNUL(r.AgentVersion)
 	for i := range r.Findings {
 		f := &r.Findings[i]
 		f.ID, f.Node, f.BootID, f.Detector = escapeNUL(f.ID), escapeNUL(f.Node), escapeNUL(f.BootID), escapeNUL(f.Detector)
@@ -309,14 +315,37 @@ func (r *Report) Sanitize() {
 		for j, e := range f.Evidence {
 			f.Evidence[j] = escapeNUL(e)
 		}
-		if len(f.Attrs) > 0 {
-			attrs := make(map[string]string, len(f.Attrs))
-			for k, v := range f.Attrs {
-				attrs[escapeNUL(k)] = escapeNUL(v)
-			}
-			f.Attrs = attrs
+		f.Attrs = escapeMap(f.Attrs)
+	}
+	if hb := r.Heartbeat; hb != nil {
+		hb.DriverVersion, hb.KernelVersion = escapeNUL(hb.DriverVersion), escapeNUL(hb.KernelVersion)
+		for i := range hb.Monitors {
+			m := &hb.Monitors[i]
+			m.Name, m.State, m.Reason = escapeNUL(m.Name), escapeNUL(m.State), escapeNUL(m.Reason)
+		}
+		for i := range hb.GPUs {
+			g := &hb.GPUs[i]
+			g.PCI, g.UUID, g.Serial, g.Model, g.PCIID = escapeNUL(g.PCI), escapeNUL(g.UUID), escapeNUL(g.Serial), escapeNUL(g.Model), escapeNUL(g.PCIID)
 		}
 	}
+}
+
+func escapeMap(m map[string]string) map[string]string {
+	dirty := false
+	for k, v := range m {
+		if strings.IndexByte(k, 0) >= 0 || strings.IndexByte(v, 0) >= 0 {
+			dirty = true
+			break
+		}
+	}
+	if !dirty {
+		return m
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[escapeNUL(k)] = escapeNUL(v)
+	}
+	return out
 }
 
 // escapeNUL replaces each NUL byte with the four characters \x00.
@@ -344,15 +373,11 @@ func (r *Report) Validate() error {
 	if r.SchemaVersion != SchemaVersion {
 		p = append(p, fmt.Sprintf("schemaVersion: %q is not supported (supported: %q)", r.SchemaVersion, SchemaVersion))
 	}
-	if r.Cluster == "" {
-		p = append(p, "cluster: required")
-	} else if len(r.Cluster) > MaxNameLength {
-		p = append(p, fmt.Sprintf("cluster: longer than %d characters", MaxNameLength))
+	if err := CheckName(r.Cluster); err != nil {
+		p = append(p, "cluster: "+err.Error())
 	}
-	if r.Node == "" {
-		p = append(p, "node: required")
-	} else if len(r.Node) > MaxNameLength {
-		p = append(p, fmt.Sprintf("node: longer than %d characters", MaxNameLength))
+	if err := CheckName(r.Node); err != nil {
+		p = append(p, "node: "+err.Error())
 	}
 	if r.BootID == "" {
 		p = append(p, "bootID: required (the agent reads /proc/sys/kernel/random/boot_id)")
@@ -415,6 +440,37 @@ func (r *Report) Validate() error {
 	}
 	if len(p) > 0 {
 		return &ValidationError{Problems: p}
+	}
+	return nil
+}
+
+// CheckName checks a cluster or node name as Kubernetes checks a Node's name:
+// a DNS subdomain (RFC 1123) of at most MaxNameLength characters, lower-case
+// alphanumeric labels of at most 63 characters, '-' inside a label, labels
+// joined by single dots. So a name carrying control bytes, bidirectional
+// overrides, "..", "/" or markup is refused before anything is stored. The
+// error says which rule failed; it quotes the name escaped (%q).
+func CheckName(name string) error {
+	switch {
+	case name == "":
+		return errors.New("required")
+	case len(name) > MaxNameLength:
+		return fmt.Errorf("longer than %d characters", MaxNameLength)
+	}
+	for _, label := range strings.Split(name, ".") {
+		if label == "" {
+			return fmt.Errorf("%q is not a Kubernetes node name: empty label (leading, trailing or double dot)", name)
+		}
+		if len(label) > 63 {
+			return fmt.Errorf("%q is not a Kubernetes node name: label %q is longer than 63 characters", name, label)
+		}
+		for i := 0; i < len(label); i++ {
+			c := label[i]
+			alnum := c >= 'a' && c <= 'z' || c >= '0' && c <= '9'
+			if !alnum && (c != '-' || i == 0 || i == len(label)-1) {
+				return fmt.Errorf("%q is not a Kubernetes node name (RFC 1123 subdomain: lower-case letters, digits, '-' inside labels, '.' between them)", name)
+			}
+		}
 	}
 	return nil
 }

@@ -1,12 +1,15 @@
 package uplink
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -62,9 +65,15 @@ type Config struct {
 	// projected ServiceAccount token is picked up. Exclusive with Token.
 	TokenFile string
 
-	// HTTPClient sends the reports. Default: a client on
-	// http.DefaultTransport. Each attempt is also bounded by RequestTimeout.
+	// HTTPClient sends the reports. Default: a client on a clone of
+	// http.DefaultTransport (trusting CAFile when set). Each attempt is
+	// also bounded by RequestTimeout.
 	HTTPClient *http.Client
+	// CAFile, when set, is a PEM bundle of the certificate authorities the
+	// controller's HTTPS certificate must chain to (instead of the system
+	// roots), e.g. a cert-manager CA mounted from a Secret. It is read once
+	// at start; with HTTPClient set it is an error.
+	CAFile string
 	// RequestTimeout bounds one POST, response included. Default 10s.
 	RequestTimeout time.Duration
 
@@ -166,7 +175,22 @@ func (c Config) withDefaults() (Config, error) {
 	setDefault(&c.RetryMaxInterval, DefaultRetryMaxInterval)
 	setDefault(&c.ShutdownTimeout, DefaultShutdownTimeout)
 	setDefault(&c.SpoolMaxBytes, DefaultSpoolMaxBytes)
-	if c.HTTPClient == nil {
+	var p []error
+	switch {
+	case c.CAFile != "" && c.HTTPClient != nil:
+		p = append(p, errors.New("caFile: set it or httpClient, not both"))
+	case c.CAFile != "":
+		pem, err := os.ReadFile(c.CAFile)
+		pool := x509.NewCertPool()
+		if err != nil {
+			p = append(p, fmt.Errorf("caFile: %w", err))
+		} else if !pool.AppendCertsFromPEM(pem) {
+			p = append(p, fmt.Errorf("caFile: %s holds no PEM certificate", c.CAFile))
+		}
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+		c.HTTPClient = &http.Client{Transport: tr}
+	case c.HTTPClient == nil:
 		c.HTTPClient = &http.Client{}
 	}
 	if c.Critical == nil {
@@ -182,7 +206,6 @@ func (c Config) withDefaults() (Config, error) {
 		c.Rand = rand.Float64
 	}
 
-	var p []error
 	if c.URL == "" {
 		p = append(p, errors.New("url: required"))
 	} else if u, err := url.Parse(c.URL); err != nil {
@@ -190,11 +213,11 @@ func (c Config) withDefaults() (Config, error) {
 	} else if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
 		p = append(p, fmt.Errorf("url: %q is not an absolute http(s) URL without query", c.URL))
 	}
-	if c.Cluster == "" {
-		p = append(p, errors.New("cluster: required"))
+	if err := finding.CheckName(c.Cluster); err != nil { // the controller refuses every report otherwise
+		p = append(p, fmt.Errorf("cluster: %w", err))
 	}
-	if c.Node == "" {
-		p = append(p, errors.New("node: required"))
+	if err := finding.CheckName(c.Node); err != nil {
+		p = append(p, fmt.Errorf("node: %w", err))
 	}
 	if c.BootID == "" {
 		p = append(p, errors.New("bootID: required (the controller scopes evidence by boot)"))

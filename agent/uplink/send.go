@@ -34,6 +34,9 @@ type outcome struct {
 	err        error         // why it was not sent (retry and rejected)
 	reason     string        // send_errors_total reason (retry)
 	retryAfter time.Duration // the controller's Retry-After, 0 when absent
+	// validations are the controller's per-field problems of a rejected
+	// report ("findings[3].xid: ...", "heartbeat.monitors[0].state: ...").
+	validations []string
 }
 
 // deliver sends batch until the controller answers it: accepted, or rejected
@@ -53,9 +56,24 @@ func (u *Uplink) deliver(ctx context.Context, batch []finding.Finding) error {
 		MaxInterval:     u.cfg.RetryMaxInterval,
 	}
 	bo.Reset()
+	skipHeartbeat := false
 	for attempt := 1; ; attempt++ {
 		hb, hbVersion := u.heartbeat()
+		if skipHeartbeat {
+			hb = nil
+		}
 		res := u.post(ctx, u.report(batch, hb))
+		if res.kind == outcomeRejected {
+			// One bad item must not cost the batch: drop only what the
+			// controller named and send the rest at once.
+			if rest, noHB, ok := u.splitRejected(res, batch, hb != nil); ok {
+				batch, skipHeartbeat = rest, skipHeartbeat || noHB
+				if noHB {
+					u.heartbeatAnswered(hbVersion) // resending it would not help
+				}
+				continue
+			}
+		}
 		if res.kind != outcomeRetry {
 			u.answered(res, batch, hbVersion)
 			if u.failing {
@@ -87,6 +105,53 @@ func (u *Uplink) deliver(ctx context.Context, batch []finding.Finding) error {
 		case <-t.C():
 		}
 	}
+}
+
+// splitRejected reads a 400's validations: when every problem names a
+// finding of batch ("findings[i]...") or the heartbeat ("heartbeat..."), it
+// counts the named findings as dropped (rejected) and returns the rest, and
+// whether to send without the heartbeat; ok is false when a problem concerns
+// the whole report (or nothing would change), and the batch is then dropped
+// as before. A controller of another version may refuse what this agent's
+// own validation let through; this keeps its good findings flowing.
+func (u *Uplink) splitRejected(res outcome, batch []finding.Finding, withHeartbeat bool) (rest []finding.Finding, noHeartbeat, ok bool) {
+	if len(res.validations) == 0 {
+		return nil, false, false
+	}
+	bad := map[int]bool{}
+	for _, v := range res.validations {
+		switch {
+		case strings.HasPrefix(v, "heartbeat"):
+			noHeartbeat = true
+		case strings.HasPrefix(v, "findings["):
+			end := strings.IndexByte(v, ']')
+			i, err := strconv.Atoi(v[len("findings["):max(end, len("findings["))])
+			if end < 0 || err != nil || i < 0 || i >= len(batch) {
+				return nil, false, false
+			}
+			bad[i] = true
+		default:
+			return nil, false, false
+		}
+	}
+	if noHeartbeat && !withHeartbeat || len(bad) == 0 && !noHeartbeat {
+		return nil, false, false
+	}
+	rest = make([]finding.Finding, 0, len(batch)-len(bad))
+	for i, f := range batch {
+		if !bad[i] {
+			rest = append(rest, f)
+		}
+	}
+	if len(bad) > 0 {
+		u.m.dropped.WithLabelValues(DropRejected).Add(float64(len(bad)))
+		u.log.Error("controller rejected findings of a report, dropping them and sending the rest", "err", res.err,
+			"dropped", len(bad), "kept", len(rest))
+	}
+	if noHeartbeat {
+		u.log.Error("controller rejected the heartbeat, sending the findings without it", "err", res.err)
+	}
+	return rest, noHeartbeat, true
 }
 
 // retryWait applies "equal jitter" to the backoff interval d, giving a wait in
@@ -182,7 +247,8 @@ func (u *Uplink) post(ctx context.Context, r *finding.Report) outcome {
 	if code >= 200 && code < 300 {
 		return outcome{kind: outcomeSent}
 	}
-	err = fmt.Errorf("post report: controller answered %s: %s", resp.Status, errorMessage(resp.Body))
+	msg, validations := errorMessage(resp.Body)
+	err = fmt.Errorf("post report: controller answered %s: %s", resp.Status, msg)
 	switch {
 	case code >= 500:
 		return outcome{kind: outcomeRetry, reason: err5xx, err: err, retryAfter: retryAfter(resp.Header, u.cfg.Clock.Now())}
@@ -193,7 +259,7 @@ func (u *Uplink) post(ctx context.Context, r *finding.Report) outcome {
 	case code == http.StatusUnauthorized || code == http.StatusForbidden:
 		return outcome{kind: outcomeRetry, reason: errAuth, err: err}
 	case code >= 400:
-		return outcome{kind: outcomeRejected, err: err}
+		return outcome{kind: outcomeRejected, err: err, validations: validations}
 	default:
 		return outcome{kind: outcomeRetry, reason: errOther, err: err}
 	}
@@ -211,9 +277,9 @@ func (u *Uplink) token() (string, error) {
 }
 
 // errorMessage reads the controller's error envelope {message, detail,
-// validations} and renders it on one line; any other body is quoted, cut to a
-// few hundred bytes.
-func errorMessage(body io.Reader) string {
+// validations} and renders it on one line, also returning the validations;
+// any other body is quoted, cut to a few hundred bytes.
+func errorMessage(body io.Reader) (string, []string) {
 	b, _ := io.ReadAll(io.LimitReader(body, maxErrorBody))
 	var env struct {
 		Message     string          `json:"message"`
@@ -225,16 +291,18 @@ func errorMessage(body io.Reader) string {
 		if env.Detail != "" {
 			s += ": " + env.Detail
 		}
+		var list []string
 		if v := bytes.TrimSpace(env.Validations); len(v) > 0 && !bytes.Equal(v, []byte("null")) {
 			s += " validations=" + string(v)
+			_ = json.Unmarshal(v, &list) // the controller's are strings; anything else names no item
 		}
-		return s
+		return s, list
 	}
 	const maxQuoted = 512
 	if len(b) > maxQuoted {
 		b = b[:maxQuoted]
 	}
-	return strconv.Quote(string(bytes.TrimSpace(b)))
+	return strconv.Quote(string(bytes.TrimSpace(b))), nil
 }
 
 // retryAfter parses a Retry-After header (delay-seconds or HTTP date); 0 when

@@ -1,7 +1,13 @@
 package uplink
 
 import (
+	"context"
+	"encoding/json"
+	"encoding/pem"
+	"io"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -783,7 +789,7 @@ func TestErrorMessage(t *testing.T) {
 		{``, `""`},
 	}
 	for _, tt := range tests {
-		if got := errorMessage(strings.NewReader(tt.body)); got != tt.want {
+		if got, _ := errorMessage(strings.NewReader(tt.body)); got != tt.want {
 			t.Errorf("errorMessage(%q) = %q, want %q", tt.body, got, tt.want)
 		}
 	}
@@ -825,5 +831,89 @@ func TestMetricNames(t *testing.T) {
 		"queue_length", "rejected_total", "retries_total", "send_errors_total", "sent_findings_total", "sent_reports_total", "spool_findings"}
 	if !slices.Equal(names, want) {
 		t.Fatalf("metrics = %v, want %v", names, want)
+	}
+}
+
+// TestRejectedItemsAreDroppedAlone: a 400 naming one finding (or the
+// heartbeat) drops only that item; the rest of the batch is sent again at
+// once (issue 11: a NUL in a heartbeat string cost the agent its batch).
+func TestRejectedItemsAreDroppedAlone(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(n int, rep finding.Report, _ *http.Request) (int, string) {
+		switch {
+		case n == 1:
+			return http.StatusBadRequest, `{"message":"invalid report","validations":["findings[1].xid: 123456 is not an Xid number"]}`
+		case rep.Heartbeat != nil:
+			return http.StatusBadRequest, `{"message":"invalid report","validations":["heartbeat.monitors[0].state: \"weird\" is not one of ok, failing, unknown, absent"]}`
+		}
+		return http.StatusOK, `{}`
+	}, func(c *Config) {
+		c.FlushInterval = time.Hour
+		c.HeartbeatInterval = time.Hour
+	})
+	h.u.SetHeartbeat(finding.Heartbeat{DriverVersion: "550.54"})
+	h.u.Enqueue(norm("a"))
+	h.u.Enqueue(norm("b"))
+	h.u.Enqueue(crit("c"))
+	h.run(t)
+	if got := h.col.next(t).ids(); !slices.Equal(got, []string{"a", "b", "c"}) {
+		t.Fatalf("first report = %v", got)
+	}
+	if got := h.col.next(t).ids(); !slices.Equal(got, []string{"a", "c"}) {
+		t.Fatalf("after findings[1] was refused the controller got %v, want [a c]", got)
+	}
+	r := h.col.next(t)
+	if got := r.ids(); !slices.Equal(got, []string{"a", "c"}) || r.report.Heartbeat != nil {
+		t.Fatalf("after the heartbeat was refused the controller got %v (heartbeat %v), want [a c] without it", got, r.report.Heartbeat)
+	}
+	h.clk.waitIdle(t)
+	if got := h.metric(t, mp+"dropped_total", "reason", DropRejected); got != 1 {
+		t.Errorf("dropped_total{rejected} = %v, want 1 (only b)", got)
+	}
+	if got := h.metric(t, mp+"sent_findings_total"); got != 2 {
+		t.Errorf("sent_findings_total = %v, want 2", got)
+	}
+}
+
+// TestCAFile: with CAFile the agent trusts the controller's HTTPS
+// certificate (and only certificates from that CA).
+func TestCAFile(t *testing.T) {
+	t.Parallel()
+	got := make(chan string, 1)
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var rep finding.Report
+		_ = json.NewDecoder(r.Body).Decode(&rep)
+		select {
+		case got <- rep.Node:
+		default:
+		}
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{}`)
+	}))
+	t.Cleanup(srv.Close)
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	u, err := New(Config{URL: srv.URL, Cluster: "c1", Node: "node-a1", BootID: "b1", CAFile: ca, HeartbeatInterval: 10 * time.Millisecond,
+		FlushInterval: 10 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = u.Run(ctx) }()
+	select {
+	case n := <-got:
+		if n != "node-a1" {
+			t.Fatalf("report for %q", n)
+		}
+	case <-time.After(guard):
+		t.Fatal("no report over HTTPS with the CA file")
+	}
+	bad := filepath.Join(t.TempDir(), "bad.pem")
+	_ = os.WriteFile(bad, []byte("not a certificate"), 0o600)
+	if _, err := New(Config{URL: srv.URL, Cluster: "c1", Node: "n", BootID: "b", CAFile: bad}); err == nil || !strings.Contains(err.Error(), "caFile") {
+		t.Fatalf("a CA file without certificates: %v", err)
 	}
 }

@@ -39,6 +39,7 @@ var agentVersion = "dev"
 // runOptions are the flags of `fleetrepair-agent run`.
 type runOptions struct {
 	controller, cluster, node, token, tokenFile string
+	caFile                                      string
 	kmsgPath                                    string
 	seekEnd, acceptUser                         bool
 	replay, replayFormat                        string
@@ -73,6 +74,7 @@ a report within three --heartbeat-interval).`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.controller, "controller", os.Getenv("FLEETREPAIR_CONTROLLER"), "controller base URL (env FLEETREPAIR_CONTROLLER)")
+	f.StringVar(&o.caFile, "ca-file", os.Getenv("FLEETREPAIR_CA_FILE"), "PEM bundle of the CAs the controller's HTTPS certificate chains to (env FLEETREPAIR_CA_FILE; default: the system roots)")
 	f.StringVar(&o.cluster, "cluster", os.Getenv("FLEETREPAIR_CLUSTER"), "cluster name as the controller knows it (env FLEETREPAIR_CLUSTER)")
 	f.StringVar(&o.node, "node", os.Getenv("NODE_NAME"), "this node's Kubernetes name (env NODE_NAME, from the downward API)")
 	f.StringVar(&o.token, "token", os.Getenv("FLEETREPAIR_TOKEN"), "static bearer token (env FLEETREPAIR_TOKEN)")
@@ -178,7 +180,7 @@ func runAgent(ctx context.Context, o runOptions, s streams) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	up, err := uplink.New(uplink.Config{URL: o.controller, Cluster: o.cluster, Node: o.node, BootID: boot,
-		AgentVersion: agentVersion, Token: o.token, TokenFile: o.tokenFile, FlushInterval: o.flushInterval,
+		AgentVersion: agentVersion, Token: o.token, TokenFile: o.tokenFile, CAFile: o.caFile, FlushInterval: o.flushInterval,
 		HeartbeatInterval: o.heartbeatInterval, SpoolDir: o.spoolDir, Logger: log, Registerer: reg})
 	if err != nil {
 		return usageError{err}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"strings"
 	"time"
@@ -106,6 +107,9 @@ for the cluster the controller runs in. Every flag has an environment fallback
 				}
 				o.Authenticator = auth.StaticToken{Token: agentToken}
 			case "none":
+				if !loopback(o.Listen) {
+					return fmt.Errorf("--agent-auth=none lets anyone report findings for any node: it is allowed only on a loopback --listen address (127.0.0.1:PORT, [::1]:PORT, localhost:PORT), not %q; use tokenreview (or static for a demo)", o.Listen)
+				}
 				o.Log.Warn("agent authentication is OFF (--agent-auth=none): anyone who reaches the API can report findings for any node")
 			default:
 				return fmt.Errorf("--agent-auth %q: want tokenreview, static or none", agentAuth)
@@ -132,6 +136,8 @@ for the cluster the controller runs in. Every flag has an environment fallback
 	f.StringVar(&o.DatabaseURL, "database-url", envOr("DATABASE_URL", ""), "PostgreSQL connection string (env DATABASE_URL)")
 	f.BoolVar(&o.Migrate, "migrate", envOr("FLEETREPAIR_MIGRATE", "") == "true", "apply database migrations at start (env FLEETREPAIR_MIGRATE=true)")
 	f.StringVar(&o.Listen, "listen", envOr("FLEETREPAIR_LISTEN", ":8080"), "HTTP listen address for the API, /metrics, /livez, /readyz")
+	f.StringVar(&o.TLSCertFile, "tls-cert-file", envOr("FLEETREPAIR_TLS_CERT_FILE", ""), "serve HTTPS with this PEM certificate (re-read when it changes; env FLEETREPAIR_TLS_CERT_FILE); needs --tls-key-file")
+	f.StringVar(&o.TLSKeyFile, "tls-key-file", envOr("FLEETREPAIR_TLS_KEY_FILE", ""), "PEM private key of --tls-cert-file (env FLEETREPAIR_TLS_KEY_FILE)")
 	f.StringArrayVar(&clusters, "cluster", nil, "NAME=KUBECONFIG or NAME=in-cluster (repeatable)")
 	f.BoolVar(&o.DryRun, "dry-run", envOr("FLEETREPAIR_DRY_RUN", "") == "true", "record every decision, delete no NodeClaim")
 	f.DurationVar(&o.Toleration, "toleration", 0, "override every reason's toleration window (e.g. 30s for demos; 0 = catalog defaults: 10m accelerated hardware, 30m other)")
@@ -161,6 +167,20 @@ for the cluster the controller runs in. Every flag has an environment fallback
 	f.StringSliceVar(&oidc.Scopes, "oidc-scopes", []string{"profile", "email", "groups"}, "dashboard login: scopes requested besides openid")
 	f.StringArrayVar(&oidcRoles, "oidc-role", nil, "GROUP=ROLE: members of GROUP are viewer, approver or admin (repeatable; the highest wins). With no viewer group every human the issuer authenticates may view")
 	return cmd
+}
+
+// loopback reports whether the listen address binds a loopback interface
+// only.
+func loopback(listen string) bool {
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // parseOIDCRoles maps --oidc-role GROUP=ROLE values into c's group lists.

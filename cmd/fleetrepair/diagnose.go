@@ -77,7 +77,7 @@ func diagnoseStream(in io.Reader, out io.Writer, defaultNode, boot string, now t
 		if node == "" {
 			node = "unnamed-node"
 		}
-		r := finding.Report{SchemaVersion: finding.SchemaVersion, Cluster: "-", Node: node, BootID: "-", Findings: []finding.Finding{f}}
+		r := finding.Report{SchemaVersion: finding.SchemaVersion, Cluster: "local", Node: node, BootID: "-", Findings: []finding.Finding{f}}
 		r.Findings[0].Node = node
 		if err := r.Validate(); err != nil {
 			return fmt.Errorf("finding %d: %w", n, err)

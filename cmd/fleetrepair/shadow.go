@@ -21,7 +21,7 @@ import (
 )
 
 func newShadowCmd() *cobra.Command {
-	var server, output, since, until string
+	var server, output, since, until, token string
 	var timeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "shadow --since 168h [--until RFC3339]",
@@ -54,7 +54,7 @@ would have done. docs/shadow.md describes the model and its limits.
 				q.Set("until", to.UTC().Format(time.RFC3339))
 			}
 			var rep shadow.Report
-			if err := getWithin(cmd.Context(), server+"/api/v1/shadow?"+q.Encode(), timeout, &rep); err != nil {
+			if err := getWithin(cmd.Context(), server+"/api/v1/shadow?"+q.Encode(), token, timeout, &rep); err != nil {
 				return err
 			}
 			if output == "json" {
@@ -68,6 +68,7 @@ would have done. docs/shadow.md describes the model and its limits.
 	f.StringVar(&until, "until", "", "end of the range: RFC 3339, or a duration before now (default: now)")
 	f.StringVar(&server, "server", envOr("FLEETREPAIR_SERVER", "http://127.0.0.1:8080"), "controller base URL (env FLEETREPAIR_SERVER)")
 	f.StringVarP(&output, "output", "o", "table", "output format: table or json")
+	f.StringVar(&token, "token", envOr("FLEETREPAIR_TOKEN", ""), "your operator token, role viewer or above (env FLEETREPAIR_TOKEN)")
 	f.DurationVar(&timeout, "timeout", 5*time.Minute, "how long to wait for the report (a week of a large fleet takes a while)")
 	return cmd
 }
@@ -91,12 +92,15 @@ func rangeTime(s string, now time.Time) (time.Time, error) {
 
 // getWithin is getJSON with a caller's timeout: the report replays the
 // whole range before it answers.
-func getWithin(ctx context.Context, u string, timeout time.Duration, v any) error {
+func getWithin(ctx context.Context, u, token string, timeout time.Duration, v any) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return fmt.Errorf("build request: %w", err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

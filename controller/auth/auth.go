@@ -5,20 +5,25 @@
 // against the agent's own cluster; the token is bound to the agent's pod, and
 // Kubernetes (>= 1.30) puts the pod's node in the review's extra
 // "authentication.kubernetes.io/node-name", so an agent may report only for
-// its own node. Results are cached briefly so every report does not cost an
-// API call. A static-token mode exists for demos and development.
+// its own node. Reviews are cached both ways in bounded LRUs, so every report
+// does not cost an API call and a flood of bad tokens cannot starve good ones. A static-token mode exists for demos and development.
 package auth
 
 import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/hashicorp/golang-lru/v2/expirable"
+	"golang.org/x/sync/singleflight"
 	authnv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -70,50 +75,161 @@ func (s StaticToken) Authenticate(_ context.Context, token, cluster string) (Ide
 
 // TokenReview validates projected ServiceAccount tokens against each
 // cluster's API server.
+//
+// Results are cached both ways, keyed by the SHA-256 of (cluster, token), so
+// no token is ever held in memory beyond the request: an accepted token until
+// the earlier of its own expiry (the JWT "exp" claim, read only after the API
+// server accepted it) and TTL; a rejected one for NegativeTTL, so a flood of
+// the same garbage token costs one TokenReview per NegativeTTL. Both caches
+// are bounded LRUs (hashicorp/golang-lru expirable): a flood of distinct
+// garbage tokens evicts rejected entries only, never the accepted ones.
+// Concurrent reviews of one token are collapsed into one call, and each call
+// has a deadline (ReviewTimeout), so a backlog behind the client's rate
+// limiter turns into quick 503s the agent retries, never into minutes of
+// queued reviews. Limits per source come before this (web/api).
 type TokenReview struct {
-	// Clusters maps a cluster name to a client of its API server.
+	// Clusters maps a cluster name to a client of its API server. Give each
+	// client its own QPS/burst (cmd/fleetrepair sets 100/200, apart from the
+	// reconciler's client): client-go's default of 5/10 serves about 150
+	// agents re-authenticating every 30 s.
 	Clusters map[string]kubernetes.Interface
 	// Audience the tokens must carry (default DefaultAudience).
 	Audience string
 	// ServiceAccounts, when set, are the only subjects accepted
 	// ("system:serviceaccount:<namespace>:<name>").
 	ServiceAccounts []string
-	// TTL of a cached positive review (default 30s); rejections are not cached.
+	// TTL bounds how long an accepted review is cached (default
+	// DefaultReviewTTL); a token expiring sooner is cached until it expires.
 	TTL time.Duration
-	Now func() time.Time
+	// NegativeTTL is how long a rejected token is answered from the cache
+	// (default DefaultNegativeTTL). Short, so a token the API server did not
+	// know yet (clock skew, a just-created ServiceAccount) is asked again soon.
+	NegativeTTL time.Duration
+	// CacheSize bounds each cache in entries (default DefaultCacheSize).
+	CacheSize int
+	// ReviewTimeout bounds one TokenReview call, client-side rate-limiter
+	// wait included (default DefaultReviewTimeout).
+	ReviewTimeout time.Duration
+	Now           func() time.Time
 
-	mu    sync.Mutex
-	cache map[[32]byte]cached
+	once     sync.Once
+	accepted *expirable.LRU[[32]byte, cached]
+	rejected *expirable.LRU[[32]byte, cachedErr]
+	flight   singleflight.Group
 }
+
+// Defaults of TokenReview.
+const (
+	DefaultReviewTTL     = 5 * time.Minute
+	DefaultNegativeTTL   = 10 * time.Second
+	DefaultCacheSize     = 65536 // > 10,000 agents with room for rotation overlap
+	DefaultReviewTimeout = 5 * time.Second
+)
 
 type cached struct {
 	id      Identity
 	expires time.Time
 }
 
-const maxCache = 10000
+type cachedErr struct {
+	err     error
+	expires time.Time
+}
 
-// Authenticate implements Authenticator.
+func (t *TokenReview) init() {
+	t.once.Do(func() {
+		size := t.CacheSize
+		if size <= 0 {
+			size = DefaultCacheSize
+		}
+		ttl, nttl := t.TTL, t.NegativeTTL
+		if ttl <= 0 {
+			ttl = DefaultReviewTTL
+		}
+		if nttl <= 0 {
+			nttl = DefaultNegativeTTL
+		}
+		t.TTL, t.NegativeTTL = ttl, nttl
+		// The LRUs' own TTL is a backstop on the wall clock; entries carry
+		// their expiry on t.Now, which decides.
+		t.accepted = expirable.NewLRU[[32]byte, cached](size, nil, ttl)
+		t.rejected = expirable.NewLRU[[32]byte, cachedErr](size, nil, nttl)
+	})
+}
+
+// CacheKey is the cache key of token for cluster: SHA-256 over both, so the
+// caches never hold a token.
+func CacheKey(cluster, token string) [32]byte {
+	return sha256.Sum256([]byte(cluster + "\x00" + token))
+}
+
+// Cached reports whether an accepted review of token for cluster is cached
+// (web/api lets such requests past its per-source limit on unverified
+// tokens).
+func (t *TokenReview) Cached(token, cluster string) bool {
+	t.init()
+	c, ok := t.accepted.Peek(CacheKey(cluster, token))
+	return ok && t.now().Before(c.expires)
+}
+
+func (t *TokenReview) now() time.Time {
+	if t.Now != nil {
+		return t.Now()
+	}
+	return time.Now()
+}
+
+// Authenticate implements Authenticator. A cluster this controller does not
+// serve cannot authenticate anything: the answer is ErrUnauthenticated, the
+// same as for a bad token, and names no served cluster.
 func (t *TokenReview) Authenticate(ctx context.Context, token, cluster string) (Identity, error) {
 	if token == "" {
 		return Identity{}, fmt.Errorf("no bearer token: %w", ErrUnauthenticated)
 	}
-	now := time.Now
-	if t.Now != nil {
-		now = t.Now
-	}
-	key := sha256.Sum256([]byte(cluster + "\x00" + token))
-	t.mu.Lock()
-	if c, ok := t.cache[key]; ok && now().Before(c.expires) {
-		t.mu.Unlock()
+	t.init()
+	now := t.now()
+	key := CacheKey(cluster, token)
+	if c, ok := t.accepted.Get(key); ok && now.Before(c.expires) {
 		return c.id, nil
 	}
-	t.mu.Unlock()
-
+	if c, ok := t.rejected.Get(key); ok && now.Before(c.expires) {
+		return Identity{}, c.err
+	}
 	cs, ok := t.Clusters[cluster]
 	if !ok {
-		return Identity{}, fmt.Errorf("cluster %q is not served here: %w", cluster, ErrForbidden)
+		return Identity{}, fmt.Errorf("no credential of the claimed cluster can be verified here: %w", ErrUnauthenticated)
 	}
+	v, err, _ := t.flight.Do(string(key[:]), func() (any, error) {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.reviewTimeout())
+		defer cancel()
+		id, err := t.review(rctx, cs, token, cluster)
+		switch {
+		case err == nil:
+			exp := now.Add(t.TTL)
+			if te, ok := jwtExpiry(token); ok && te.Before(exp) {
+				exp = te
+			}
+			t.accepted.Add(key, cached{id: id, expires: exp})
+			t.rejected.Remove(key)
+		case errors.Is(err, ErrUnauthenticated) || errors.Is(err, ErrForbidden):
+			// Only the API server's verdict is cached, never a failed call.
+			t.rejected.Add(key, cachedErr{err: err, expires: now.Add(t.NegativeTTL)})
+		}
+		return id, err
+	})
+	id, _ := v.(Identity)
+	return id, err
+}
+
+func (t *TokenReview) reviewTimeout() time.Duration {
+	if t.ReviewTimeout > 0 {
+		return t.ReviewTimeout
+	}
+	return DefaultReviewTimeout
+}
+
+// review asks cluster's API server about token.
+func (t *TokenReview) review(ctx context.Context, cs kubernetes.Interface, token, cluster string) (Identity, error) {
 	aud := t.Audience
 	if aud == "" {
 		aud = DefaultAudience
@@ -140,18 +256,27 @@ func (t *TokenReview) Authenticate(ctx context.Context, token, cluster string) (
 	if len(nodes) != 1 || nodes[0] == "" {
 		return Identity{}, fmt.Errorf("token of %s is not bound to a pod on a node (use a projected ServiceAccount token): %w", st.User.Username, ErrForbidden)
 	}
-	id := Identity{Cluster: cluster, Node: nodes[0], Subject: st.User.Username}
-	ttl := t.TTL
-	if ttl <= 0 {
-		ttl = 30 * time.Second
+	return Identity{Cluster: cluster, Node: nodes[0], Subject: st.User.Username}, nil
+}
+
+// jwtExpiry reads the "exp" claim of a JWT without verifying it: call it only
+// on a token the API server accepted, to cache it no longer than it lives.
+func jwtExpiry(token string) (time.Time, bool) {
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		return time.Time{}, false
 	}
-	t.mu.Lock()
-	if t.cache == nil || len(t.cache) >= maxCache {
-		t.cache = map[[32]byte]cached{} // bounded: start over rather than grow
+	b, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		return time.Time{}, false
 	}
-	t.cache[key] = cached{id: id, expires: now().Add(ttl)}
-	t.mu.Unlock()
-	return id, nil
+	var claims struct {
+		Exp *int64 `json:"exp"`
+	}
+	if json.Unmarshal(b, &claims) != nil || claims.Exp == nil {
+		return time.Time{}, false
+	}
+	return time.Unix(*claims.Exp, 0), true
 }
 
 // Authorize checks that id may report for node in cluster. It returns an

@@ -2,7 +2,9 @@ package auth_test
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -89,7 +91,7 @@ func TestTokenReview(t *testing.T) {
 		{"valid token for its own node", "good-n1", "a", "n1", nil},
 		{"another node", "good-n1", "a", "n2", auth.ErrForbidden},
 		{"another cluster", "good-b", "a", "b1", auth.ErrUnauthenticated},
-		{"cluster not served", "good-n1", "zz", "n1", auth.ErrForbidden},
+		{"cluster not served", "good-n1", "zz", "n1", auth.ErrUnauthenticated},
 		{"wrong audience", "wrong-aud", "a", "n1", auth.ErrUnauthenticated},
 		{"expired token", "expired", "a", "n1", auth.ErrUnauthenticated},
 		{"token not bound to a pod", "unbound", "a", "n1", auth.ErrForbidden},
@@ -114,12 +116,70 @@ func TestTokenReview(t *testing.T) {
 	if callsA.Load() != before {
 		t.Fatal("a cached token was reviewed again within the TTL")
 	}
-	now = now.Add(time.Minute)
+	now = now.Add(auth.DefaultReviewTTL)
 	if _, err := tr.Authenticate(ctx, "good-n1", "a"); err != nil {
 		t.Fatal(err)
 	}
 	if callsA.Load() != before+1 {
 		t.Fatal("an expired cache entry was not reviewed again")
+	}
+}
+
+// TestTokenReviewNegativeCache: a rejected token is answered from a bounded
+// cache for NegativeTTL, and a flood of distinct garbage tokens never evicts
+// an accepted one (issue 11: 50 garbage tokens/s locked real agents out).
+func TestTokenReviewNegativeCache(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	tokens := map[string]token{"good": {user: agentSA, node: "n1", audiences: []string{"fleetrepair"}}}
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	tr := &auth.TokenReview{Clusters: map[string]kubernetes.Interface{"a": fakeCluster(tokens, &calls)},
+		CacheSize: 8, NegativeTTL: 10 * time.Second, Now: func() time.Time { return now }}
+	ctx := context.Background()
+	if _, err := tr.Authenticate(ctx, "good", "a"); err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		if _, err := tr.Authenticate(ctx, "garbage", "a"); !errors.Is(err, auth.ErrUnauthenticated) {
+			t.Fatalf("garbage token: %v", err)
+		}
+	}
+	if got := calls.Load(); got != 2 {
+		t.Fatalf("TokenReview calls = %d, want 2 (one for the good token, one for the garbage repeated 5 times)", got)
+	}
+	for i := range 100 { // far more distinct garbage than CacheSize
+		_, _ = tr.Authenticate(ctx, fmt.Sprintf("garbage-%d", i), "a")
+	}
+	before := calls.Load()
+	if _, err := tr.Authenticate(ctx, "good", "a"); err != nil || calls.Load() != before {
+		t.Fatalf("good token after a garbage flood: err %v, reviewed again: %v", err, calls.Load() != before)
+	}
+	now = now.Add(11 * time.Second)
+	tokens["garbage"] = tokens["good"] // now known to the API server
+	if _, err := tr.Authenticate(ctx, "garbage", "a"); err != nil {
+		t.Fatalf("a rejection outlived NegativeTTL: %v", err)
+	}
+}
+
+// TestTokenReviewCachesUntilTokenExpiry: an accepted JWT is cached no longer
+// than its exp claim.
+func TestTokenReviewCachesUntilTokenExpiry(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	payload := base64.RawURLEncoding.EncodeToString([]byte(fmt.Sprintf(`{"exp":%d}`, now.Add(time.Minute).Unix())))
+	jwt := "eyJhbGciOiJSUzI1NiJ9." + payload + ".sig"
+	var calls atomic.Int32
+	tokens := map[string]token{jwt: {user: agentSA, node: "n1", audiences: []string{"fleetrepair"}}}
+	tr := &auth.TokenReview{Clusters: map[string]kubernetes.Interface{"a": fakeCluster(tokens, &calls)}, TTL: time.Hour,
+		Now: func() time.Time { return now }}
+	for _, step := range []time.Duration{0, 30 * time.Second, 31 * time.Second} {
+		now = now.Add(step)
+		if _, err := tr.Authenticate(context.Background(), jwt, "a"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := calls.Load(); got != 2 {
+		t.Fatalf("TokenReview calls = %d, want 2 (cached for 60 s of the token's life, then asked again)", got)
 	}
 }
 

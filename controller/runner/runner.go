@@ -21,6 +21,7 @@ import (
 	"github.com/fleetrepair/fleetrepair/controller/auth"
 	"github.com/fleetrepair/fleetrepair/controller/breaker"
 	"github.com/fleetrepair/fleetrepair/controller/catalog"
+	"github.com/fleetrepair/fleetrepair/controller/certs"
 	"github.com/fleetrepair/fleetrepair/controller/diagnose"
 	"github.com/fleetrepair/fleetrepair/controller/kube"
 	"github.com/fleetrepair/fleetrepair/controller/policy"
@@ -70,6 +71,13 @@ type Options struct {
 	// Authenticator checks agents' tokens (auth.StaticToken,
 	// *auth.TokenReview); nil accepts every report (tests, insecure setups).
 	Authenticator auth.Authenticator
+	// TLSCertFile and TLSKeyFile, when both set, make the API serve HTTPS
+	// with this key pair (PEM), re-read when the files change (rotation).
+	TLSCertFile, TLSKeyFile string
+	// Limits bounds what one API caller can make the controller do (rates
+	// per source and per agent, shadow reports at once, audit rows); zero
+	// fields take web/api's defaults.
+	Limits api.Limits
 	// FindingRetention drops findings received longer ago than this, one
 	// day's partition at a time (store.MaintainFindings); 0 keeps every
 	// finding. Repairs, their audit and diagnoses are always kept.
@@ -95,7 +103,8 @@ type Budgets struct {
 
 // Controller is a started controller.
 type Controller struct {
-	// URL is the API's base URL, e.g. http://127.0.0.1:8080.
+	// URL is the API's base URL, e.g. http://127.0.0.1:8080 (https:// with
+	// TLS).
 	URL   string
 	Store *store.Store
 
@@ -176,7 +185,7 @@ func Start(ctx context.Context, o Options) (*Controller, error) {
 	}
 	sort.Strings(names)
 	svc, err := api.New(api.Config{Store: st, Catalog: cat, Clusters: names, Authenticator: o.Authenticator,
-		OnIngest: rec.Trigger, ClusterStates: rec.Clusters, Operators: o.Operators, Gatherer: reg, Registerer: reg, Now: o.Now, Log: o.Log,
+		OnIngest: rec.Trigger, ClusterStates: rec.Clusters, Operators: o.Operators, Gatherer: reg, Registerer: reg, Now: o.Now, Log: o.Log, Limits: o.Limits,
 		Shadow: shadow.Config{Store: st, Engine: eng, Policy: pol, Breaker: bp, Toleration: o.Toleration, Clusters: names, Resync: o.Resync}.ReportFunc()})
 	if err != nil {
 		st.Close()
@@ -187,13 +196,26 @@ func Start(ctx context.Context, o Options) (*Controller, error) {
 		st.Close()
 		return nil, fmt.Errorf("start controller: %w", err)
 	}
+	sopts, scheme := api.ServerOptions{Log: o.Log}, "http"
+	if (o.TLSCertFile == "") != (o.TLSKeyFile == "") {
+		st.Close()
+		return nil, errors.New("start controller: TLS needs both a certificate file and a key file")
+	}
+	if o.TLSCertFile != "" {
+		rl, err := certs.New(o.TLSCertFile, o.TLSKeyFile)
+		if err != nil {
+			st.Close()
+			return nil, fmt.Errorf("start controller: %w", err)
+		}
+		sopts.TLS, scheme = rl.ServerConfig(), "https"
+	}
 	ln, err := net.Listen("tcp", o.Listen)
 	if err != nil {
 		st.Close()
 		return nil, fmt.Errorf("start controller: listen on %s: %w", o.Listen, err)
 	}
-	return &Controller{URL: "http://" + ln.Addr().String(), Store: st, ln: ln, opts: o, rec: rec,
-		srv: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}}, nil
+	return &Controller{URL: scheme + "://" + ln.Addr().String(), Store: st, ln: ln, opts: o, rec: rec,
+		srv: api.NewServer(h, sopts)}, nil
 }
 
 // Run serves the API and runs the reconciler until ctx ends, then shuts the
@@ -212,7 +234,11 @@ func (c *Controller) Run(ctx context.Context) error {
 	g.Go(func() error { c.maintainFindings(ctx); return nil })
 	g.Go(func() error { return sweepSessions(ctx, c.Store, c.opts.Now, c.opts.Log) })
 	g.Go(func() error {
-		if err := c.srv.Serve(c.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		serve := func() error { return c.srv.Serve(c.ln) }
+		if c.srv.TLSConfig != nil {
+			serve = func() error { return c.srv.ServeTLS(c.ln, "", "") }
+		}
+		if err := serve(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("serve api: %w", err)
 		}
 		return nil

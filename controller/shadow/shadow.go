@@ -343,8 +343,9 @@ type Budget struct {
 
 // Run replays [since, until) and returns the report. A bad range (since
 // zero, since not before until, longer than Config.MaxRange) or a range
-// holding more than Config.MaxFindings findings is an error wrapping
-// store.ErrInvalid; store errors are returned wrapped.
+// holding more than Config.MaxFindings findings (counted in the database
+// before any is loaded) is an error wrapping store.ErrInvalid; store errors
+// are returned wrapped.
 func Run(ctx context.Context, cfg Config, since, until time.Time) (*Report, error) {
 	if cfg.Store == nil || cfg.Engine == nil {
 		return nil, errors.New("shadow report: Store and Engine are required")
@@ -353,6 +354,16 @@ func Run(ctx context.Context, cfg Config, since, until time.Time) (*Report, erro
 	since, until = since.UTC(), until.UTC()
 	if err := CheckRange(since, until, cfg.MaxRange); err != nil {
 		return nil, err
+	}
+	// Count before loading: a range holding too many findings is refused
+	// without reading one (issue 11: one request loaded 600 MB before the
+	// cap was checked).
+	from := since.Add(-cfg.Lookback)
+	if n, err := cfg.Store.CountFindings(ctx, cfg.Clusters, from, until, cfg.MaxFindings); err != nil {
+		return nil, fmt.Errorf("shadow report: %w", err)
+	} else if n > cfg.MaxFindings {
+		return nil, fmt.Errorf("shadow report: the range and its %s lookback hold more than the %d findings one report replays; narrow the range: %w",
+			cfg.Lookback, cfg.MaxFindings, store.ErrInvalid)
 	}
 	r, err := load(ctx, cfg, since, until)
 	if err != nil {

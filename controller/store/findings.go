@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"strings"
 	"time"
@@ -112,10 +113,22 @@ WHERE cluster = $1 AND node = $2
 ORDER BY want.ord, received_at`
 )
 
+// MaxClockSkew is how far ahead of the controller's clock an agent's SentAt
+// may be. The API clamps a later SentAt to now (web/api); the store does not
+// trust a stored SentAt further ahead of the clock than this either (a row
+// written before the clamp existed, or by a controller with a slow clock), so
+// no report can freeze a node's facts.
+const MaxClockSkew = 5 * time.Minute
+
 // nodeNewer is spliced into sqlUpsertNodeFromReport: whether the incoming
 // report is at least as new as the newest applied (by the agent's SentAt; a
-// report without SentAt always applies).
-const nodeNewer = `(excluded.last_sent_at IS NULL OR n.last_sent_at IS NULL OR excluded.last_sent_at >= n.last_sent_at)`
+// report without SentAt always applies), or the newest applied claims a
+// SentAt more than MaxClockSkew ahead of this write's clock (excluded.last_seen
+// is now): such a SentAt is a wrong clock, and keeping it would hold the
+// node's boot ID, heartbeat and versions, and so its old boot's faults, until
+// the clock reaches it.
+var nodeNewer = fmt.Sprintf(`(excluded.last_sent_at IS NULL OR n.last_sent_at IS NULL OR excluded.last_sent_at >= n.last_sent_at
+    OR n.last_sent_at > excluded.last_seen + interval '%d seconds')`, int(MaxClockSkew/time.Second))
 
 // MaxFindingsLimit caps the limit of FindingsForNode.
 const MaxFindingsLimit = 10000

@@ -7,7 +7,7 @@ import (
 	"io"
 	"strings"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
@@ -38,11 +38,10 @@ func Migrate(ctx context.Context, dsn, direction string, out io.Writer) error {
 	default:
 		return invalidf("migrate database: direction %q is not one of up, down, reset, status", direction)
 	}
-	cfg, err := pgx.ParseConfig(dsn)
+	db, err := openSQL(dsn)
 	if err != nil {
-		return fmt.Errorf("parse database DSN: %w", err)
+		return err
 	}
-	db := stdlib.OpenDB(*cfg)
 	defer db.Close()
 	p, err := newMigrationProvider(db)
 	if err != nil {
@@ -88,11 +87,10 @@ func Migrate(ctx context.Context, dsn, direction string, out io.Writer) error {
 // stop an upgrade at a known version). Like Migrate, concurrent callers
 // serialize on the advisory lock.
 func MigrateTo(ctx context.Context, dsn string, version int64) error {
-	cfg, err := pgx.ParseConfig(dsn)
+	db, err := openSQL(dsn)
 	if err != nil {
-		return fmt.Errorf("parse database DSN: %w", err)
+		return err
 	}
-	db := stdlib.OpenDB(*cfg)
 	defer db.Close()
 	p, err := newMigrationProvider(db)
 	if err != nil {
@@ -124,11 +122,10 @@ func newMigrationProvider(db *sql.DB) (*goose.Provider, error) {
 // and the newest embedded one; they differ when the database needs Migrate up
 // (or was migrated by a newer controller).
 func SchemaVersion(ctx context.Context, dsn string) (current, latest int64, err error) {
-	cfg, err := pgx.ParseConfig(dsn)
+	db, err := openSQL(dsn)
 	if err != nil {
-		return 0, 0, fmt.Errorf("parse database DSN: %w", err)
+		return 0, 0, err
 	}
-	db := stdlib.OpenDB(*cfg)
 	defer db.Close()
 	p, err := newMigrationProvider(db)
 	if err != nil {
@@ -139,6 +136,18 @@ func SchemaVersion(ctx context.Context, dsn string) (current, latest int64, err 
 		return 0, 0, fmt.Errorf("read schema version: %w", err)
 	}
 	return current, latest, nil
+}
+
+// openSQL opens dsn for goose (database/sql). It parses dsn as Open does,
+// with pgxpool, so every URL the controller accepts works here too: the
+// pool's own settings (pool_max_conns, pool_min_conns, ...) are taken out
+// instead of being sent to the server as unknown run-time parameters.
+func openSQL(dsn string) (*sql.DB, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("parse database DSN: %w", err)
+	}
+	return stdlib.OpenDB(*cfg.ConnConfig), nil
 }
 
 func baseName(p string) string {

@@ -165,3 +165,32 @@ func TestAppendOnly(t *testing.T) {
 		}
 	}
 }
+
+// TestMigrateWithPoolSettings: a database URL carrying pgxpool settings,
+// which Open accepts, migrates too (issue 11: --migrate failed on
+// pool_max_conns, sent to the server as a run-time parameter).
+func TestMigrateWithPoolSettings(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dsn := pgtest.EmptyDSN(t)
+	sep := "?"
+	if strings.Contains(dsn, "?") {
+		sep = "&"
+	}
+	if !strings.Contains(dsn, "://") {
+		dsn += " pool_max_conns=4 pool_min_conns=1"
+	} else {
+		dsn += sep + "pool_max_conns=4&pool_min_conns=1"
+	}
+	if err := store.Migrate(ctx, dsn, store.MigrateUp, nil); err != nil {
+		t.Fatalf("migrate with pool settings: %v", err)
+	}
+	if cur, latest, err := store.SchemaVersion(ctx, dsn); err != nil || cur != latest {
+		t.Fatalf("schema version %d of %d (%v)", cur, latest, err)
+	}
+	s, err := store.Open(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+}

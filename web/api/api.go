@@ -19,6 +19,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/time/rate"
@@ -81,6 +82,10 @@ type Config struct {
 	// error wrapping store.ErrInvalid is a bad range (400). Nil: the route
 	// answers 501.
 	Shadow func(ctx context.Context, since, until time.Time) (any, error)
+	// Limits bounds what one caller can make the controller do (per-source,
+	// per-agent and token verification rates, shadow reports at once,
+	// security_audit rows per minute); zero fields take the defaults.
+	Limits Limits
 
 	// ApprovalTTL is how long a held repair waits for a decision before it
 	// expires (the reconciler's repair.Config.ApprovalTTL; default 24h),
@@ -109,6 +114,7 @@ type server struct {
 	clusters     map[string]bool
 	reports      *prometheus.CounterVec
 	findings     prometheus.Counter
+	guards       *guards
 }
 
 // Handler returns the HTTP handler with every route (New(cfg).Handler()).
@@ -145,9 +151,10 @@ func newServer(cfg Config) (*server, error) {
 			Help: "Agent reports received, by result (ok, invalid, unauthorized, error: not stored, answered 503; overloaded: answered 429)."}, []string{"result"}),
 		findings: prometheus.NewCounter(prometheus.CounterOpts{Name: "fleetrepair_ingest_findings_new_total",
 			Help: "Findings stored for the first time (duplicates excluded)."}),
+		guards: newGuards(cfg.Limits),
 	}
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{s.reports, s.findings, newGauges(s)} {
+		for _, c := range append([]prometheus.Collector{s.reports, s.findings, newGauges(s)}, s.guards.collectors()...) {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("register api metrics: %w", err)
 			}
@@ -162,16 +169,17 @@ func newServer(cfg Config) (*server, error) {
 func (s *server) routes() http.Handler {
 	cfg := s.cfg
 	r := chi.NewRouter()
-	r.Use(middleware.RequestID, middleware.Recoverer)
+	r.Use(middleware.RequestID, middleware.Recoverer, middleware.ClientIPFromRemoteAddr, securityHeaders)
 	r.Get("/livez", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	r.Get("/readyz", s.readyz)
 	r.Handle("/metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))
 	r.Route("/api/v1", func(r chi.Router) {
-		r.Post("/reports", s.ingest)
+		r.Use(s.sourceLimit())
+		r.With(sameOriginJSON).Post("/reports", s.ingest)
 		r.Get("/repairs", s.listRepairs)
 		r.Get("/repairs/{id}", s.getRepair)
-		r.Post("/repairs/{id}/approve", s.decide(ledger.Approved))
-		r.Post("/repairs/{id}/reject", s.decide(ledger.Rejected))
+		r.With(sameOriginJSON).Post("/repairs/{id}/approve", s.decide(ledger.Approved))
+		r.With(sameOriginJSON).Post("/repairs/{id}/reject", s.decide(ledger.Rejected))
 		r.Get("/nodes", s.listNodes)
 		r.Get("/nodes/{cluster}/{node}", s.getNode)
 		r.Get("/fleet", s.getFleet)
@@ -180,8 +188,8 @@ func (s *server) routes() http.Handler {
 		r.Get("/reasons", s.reasons)
 		r.Get("/clusters", s.listClusters)
 		r.Get("/breakers", s.getBreakers)
-		r.Post("/breakers/resume", s.breakerAction(false))
-		r.Post("/breakers/kill-switch", s.breakerAction(true))
+		r.With(sameOriginJSON).Post("/breakers/resume", s.breakerAction(false))
+		r.With(sameOriginJSON).Post("/breakers/kill-switch", s.breakerAction(true))
 		r.Get("/shadow", s.shadow)
 	})
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
@@ -214,12 +222,18 @@ func writeError(w http.ResponseWriter, status int, msg, detail string, validatio
 
 // writeStoreError maps store errors to status codes: ErrNotFound 404,
 // ErrConflict 409, ErrInvalid 400, anything else 500 (logged, not echoed).
+// A database's own error text is never echoed.
 func (s *server) writeStoreError(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		writeError(w, http.StatusNotFound, "not found", "no "+strings.TrimPrefix(r.URL.Path, "/api/v1/"), nil)
 	case errors.Is(err, store.ErrConflict):
 		writeError(w, http.StatusConflict, "conflict", err.Error(), nil)
+	case errors.Is(err, store.ErrInvalid) && errors.As(err, new(*pgconn.PgError)):
+		// The database refused a value: its text names tables and
+		// constraints, which are not the caller's business.
+		s.cfg.Log.WarnContext(r.Context(), "api: database refused a value", "path", r.URL.Path, "err", err)
+		writeError(w, http.StatusBadRequest, "invalid request", "the database refused a value of the request (see the controller log, request id "+middleware.GetReqID(r.Context())+")", nil)
 	case errors.Is(err, store.ErrInvalid):
 		writeError(w, http.StatusBadRequest, "invalid request", err.Error(), nil)
 	default:
@@ -244,7 +258,7 @@ func bearer(r *http.Request) string {
 }
 
 // deny answers 401/403 for an authentication or authorization failure and
-// records it in the security audit.
+// records it in the security audit (sampled: see auditSampler).
 func (s *server) deny(w http.ResponseWriter, r *http.Request, err error, cluster, node, subject string) {
 	status, msg := http.StatusUnauthorized, "agent not authenticated"
 	if errors.Is(err, auth.ErrForbidden) {
@@ -253,10 +267,8 @@ func (s *server) deny(w http.ResponseWriter, r *http.Request, err error, cluster
 		status, msg = http.StatusServiceUnavailable, "cannot verify the agent's token now"
 	}
 	s.reports.WithLabelValues("unauthorized").Inc()
-	if aerr := s.cfg.Store.RecordSecurityEvent(r.Context(), store.SecurityEvent{Cluster: cluster, Node: node, Subject: subject,
-		Action: "ingest", Outcome: "denied", Status: status, Reason: err.Error(), RemoteAddr: r.RemoteAddr}, s.cfg.Now()); aerr != nil {
-		s.cfg.Log.ErrorContext(r.Context(), "record security event", "err", aerr)
-	}
+	s.audit(r.Context(), store.SecurityEvent{Cluster: cluster, Node: node, Subject: subject,
+		Action: "ingest", Outcome: "denied", Status: status, Reason: err.Error(), RemoteAddr: r.RemoteAddr})
 	writeError(w, status, msg, err.Error(), nil)
 }
 
@@ -305,21 +317,10 @@ func (s *server) ingest(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid report", err.Error(), nil)
 		return
 	}
-	if !s.clusters[rep.Cluster] {
-		s.reports.WithLabelValues("invalid").Inc()
-		writeError(w, http.StatusForbidden, "unknown cluster", fmt.Sprintf("this controller serves clusters %v, not %q", s.cfg.Clusters, rep.Cluster), nil)
+	if !s.authenticateAgent(w, r, &rep) {
 		return
 	}
-	if s.cfg.Authenticator != nil {
-		id, err := s.cfg.Authenticator.Authenticate(r.Context(), bearer(r), rep.Cluster)
-		if err == nil {
-			err = auth.Authorize(id, rep.Cluster, rep.Node)
-		}
-		if err != nil {
-			s.deny(w, r, err, rep.Cluster, rep.Node, id.Subject)
-			return
-		}
-	}
+	s.clampTimes(&rep, s.cfg.Now())
 	for i := range rep.Findings {
 		if rep.Findings[i].Node == "" {
 			rep.Findings[i].Node = rep.Node

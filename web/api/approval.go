@@ -36,10 +36,8 @@ func (s *server) operator(w http.ResponseWriter, r *http.Request, want auth.Role
 		if errors.Is(err, auth.ErrForbidden) {
 			status = http.StatusForbidden
 		}
-		if aerr := s.cfg.Store.RecordSecurityEvent(r.Context(), store.SecurityEvent{Subject: op.Name, Action: r.Method + " " + r.URL.Path,
-			Outcome: "denied", Status: status, Reason: err.Error(), RemoteAddr: r.RemoteAddr}, s.cfg.Now()); aerr != nil {
-			s.cfg.Log.ErrorContext(r.Context(), "record security event", "err", aerr)
-		}
+		s.audit(r.Context(), store.SecurityEvent{Subject: op.Name, Action: r.Method + " " + r.URL.Path,
+			Outcome: "denied", Status: status, Reason: err.Error(), RemoteAddr: r.RemoteAddr})
 		writeError(w, status, "operator not allowed", err.Error(), nil)
 		return auth.Operator{}, false
 	}

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/fleetrepair/fleetrepair/controller/auth"
 	"github.com/fleetrepair/fleetrepair/controller/store"
 )
 
@@ -15,10 +16,20 @@ import (
 // future holds no findings). A malformed or empty range is a 400 naming the
 // parameter; a range the report refuses (too long, too many findings) is a
 // 400 with its reason.
+//
+// The report is the API's most expensive answer (it holds the range's
+// findings in memory), so it needs an operator token of at least the viewer
+// role (401/403, audited), the range is checked before anything is loaded,
+// and at most Limits.ShadowConcurrent reports run at once, one per operator
+// (else 429 with Retry-After).
 func (s *server) shadow(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.Shadow == nil {
 		writeError(w, http.StatusNotImplemented, "shadow report not available",
 			"this controller was started without the shadow report", nil)
+		return
+	}
+	op, ok := s.operator(w, r, auth.RoleViewer)
+	if !ok {
 		return
 	}
 	q := r.URL.Query()
@@ -48,6 +59,11 @@ func (s *server) shadow(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid range", "", problems)
 		return
 	}
+	release, ok := s.acquireShadow(w, op.Name)
+	if !ok {
+		return
+	}
+	defer release()
 	rep, err := s.cfg.Shadow(r.Context(), since, until)
 	switch {
 	case errors.Is(err, store.ErrInvalid):

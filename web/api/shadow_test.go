@@ -10,9 +10,12 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/fleetrepair/fleetrepair/controller/auth"
 	"github.com/fleetrepair/fleetrepair/controller/catalog"
 	"github.com/fleetrepair/fleetrepair/controller/diagnose"
 	"github.com/fleetrepair/fleetrepair/controller/shadow"
@@ -26,7 +29,14 @@ var shadowNow = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 // shadowServer serves the API with fn as the shadow report (nil: none).
 func shadowServer(t *testing.T, st *store.Store, fn func(ctx context.Context, since, until time.Time) (any, error)) *httptest.Server {
 	t.Helper()
-	h, err := api.Handler(api.Config{Store: st, Catalog: catalog.Default(), Clusters: []string{"c1"}, Shadow: fn,
+	ops, err := auth.NewOperators([]auth.Operator{
+		{Name: "viewer", Role: auth.RoleViewer, TokenSHA256: auth.TokenHash(viewerToken)},
+		{Name: "viewer2", Role: auth.RoleViewer, TokenSHA256: auth.TokenHash(viewerToken + "2")},
+		{Name: "viewer3", Role: auth.RoleViewer, TokenSHA256: auth.TokenHash(viewerToken + "3")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := api.Handler(api.Config{Store: st, Catalog: catalog.Default(), Clusters: []string{"c1"}, Shadow: fn, Operators: ops,
 		Now: func() time.Time { return shadowNow }, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -36,15 +46,109 @@ func shadowServer(t *testing.T, st *store.Store, fn func(ctx context.Context, si
 	return srv
 }
 
+const viewerToken = "viewer-token"
+
 func getShadow(t *testing.T, srv *httptest.Server, q url.Values) (int, []byte) {
 	t.Helper()
-	resp, err := http.Get(srv.URL + "/api/v1/shadow?" + q.Encode())
+	code, b, _ := getShadowAs(srv, viewerToken, q)
+	return code, b
+}
+
+// getShadowAs GETs the shadow report with an operator token ("" for none).
+func getShadowAs(srv *httptest.Server, token string, q url.Values) (int, []byte, http.Header) {
+	req, _ := http.NewRequest(http.MethodGet, srv.URL+"/api/v1/shadow?"+q.Encode(), nil)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatal(err)
+		return 0, []byte(err.Error()), nil
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, b
+	return resp.StatusCode, b, resp.Header
+}
+
+// TestShadowNeedsViewer: the shadow report, the API's most expensive answer,
+// is never computed for an anonymous caller (issue 11: one anonymous GET took
+// the controller from 48 to 667 MB).
+func TestShadowNeedsViewer(t *testing.T) {
+	t.Parallel()
+	st, err := store.Open(context.Background(), pgtest.DSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	var calls atomic.Int32
+	srv := shadowServer(t, st, func(context.Context, time.Time, time.Time) (any, error) { calls.Add(1); return struct{}{}, nil })
+	q := url.Values{"since": {shadowNow.Add(-time.Hour).Format(time.RFC3339)}}
+	for _, tok := range []string{"", "wrong"} {
+		if code, body, _ := getShadowAs(srv, tok, q); code != http.StatusUnauthorized {
+			t.Errorf("token %q: %d %s, want 401", tok, code, body)
+		}
+	}
+	if calls.Load() != 0 {
+		t.Fatalf("the report ran %d times for unauthenticated callers", calls.Load())
+	}
+}
+
+// TestShadowConcurrencyLimit sends six concurrent shadow requests (the
+// issue's 4.0 GB case): at most Limits.ShadowConcurrent reports run at once,
+// one per operator; the others are answered 429 with Retry-After at once.
+func TestShadowConcurrencyLimit(t *testing.T) {
+	t.Parallel()
+	st, err := store.Open(context.Background(), pgtest.DSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	var running, peak atomic.Int32
+	started, unblock := make(chan struct{}, 6), make(chan struct{})
+	srv := shadowServer(t, st, func(context.Context, time.Time, time.Time) (any, error) {
+		n := running.Add(1)
+		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+		}
+		started <- struct{}{}
+		<-unblock
+		running.Add(-1)
+		return struct{}{}, nil
+	})
+	q := url.Values{"since": {shadowNow.Add(-time.Hour).Format(time.RFC3339)}}
+	tokens := []string{viewerToken, viewerToken, viewerToken + "2", viewerToken + "2", viewerToken + "3", viewerToken + "3"}
+	type answer struct {
+		code  int
+		retry string
+	}
+	answers := make(chan answer, len(tokens))
+	var wg sync.WaitGroup
+	for _, tok := range tokens {
+		wg.Go(func() {
+			code, _, h := getShadowAs(srv, tok, q)
+			answers <- answer{code, h.Get("Retry-After")}
+		})
+	}
+	// The refused ones answer while the admitted ones still run.
+	refused := 0
+	for refused < len(tokens)-api.DefaultShadowConcurrent {
+		a := <-answers
+		if a.code != http.StatusTooManyRequests || a.retry == "" {
+			t.Fatalf("a request beyond the limit got %d (Retry-After %q), want 429 with Retry-After", a.code, a.retry)
+		}
+		refused++
+	}
+	<-started
+	<-started
+	close(unblock)
+	wg.Wait()
+	close(answers)
+	for a := range answers {
+		if a.code != http.StatusOK {
+			t.Errorf("an admitted report answered %d", a.code)
+		}
+	}
+	if p := peak.Load(); p != api.DefaultShadowConcurrent {
+		t.Fatalf("peak concurrent reports = %d, want %d", p, api.DefaultShadowConcurrent)
+	}
 }
 
 func TestShadowRange(t *testing.T) {
