@@ -84,7 +84,7 @@ const (
 )
 
 // Config is what the replay needs: the store (the source of facts) and the
-// policy the controller runs with now. controller/runner builds it from the
+// policy the controller runs with now. cmd/runner builds it from the
 // same values it gives controller/repair.
 type Config struct {
 	// Store is read: ListClusters (budgets), ListNodes (cohort

@@ -211,3 +211,12 @@ func fromNull(t *time.Time) time.Time {
 	}
 	return t.UTC()
 }
+
+// DatabaseRefused reports whether err carries PostgreSQL's own refusal of a
+// value (a constraint, a type, an encoding): callers answer the request as
+// invalid without echoing the database's text, which names tables and
+// constraints.
+func DatabaseRefused(err error) bool {
+	var pg *pgconn.PgError
+	return errors.As(err, &pg)
+}

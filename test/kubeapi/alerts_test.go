@@ -144,7 +144,7 @@ func (d descRecorder) MustRegister(cs ...prometheus.Collector) {
 func (d descRecorder) Unregister(prometheus.Collector) bool { return true }
 
 // exportedMetrics returns the metric names the controller (API and
-// reconciler, built as controller/runner builds them) and the agent's
+// reconciler, built as cmd/runner builds them) and the agent's
 // uplink register, with the _bucket/_sum/_count series of histograms.
 func exportedMetrics(t *testing.T) map[string]bool {
 	t.Helper()

@@ -19,7 +19,6 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/time/rate"
@@ -28,7 +27,6 @@ import (
 	"github.com/fleetrepair/fleetrepair/controller/auth"
 	"github.com/fleetrepair/fleetrepair/controller/catalog"
 	"github.com/fleetrepair/fleetrepair/controller/ledger"
-	"github.com/fleetrepair/fleetrepair/controller/repair"
 	"github.com/fleetrepair/fleetrepair/controller/store"
 )
 
@@ -66,7 +64,7 @@ type Config struct {
 	Operators *auth.Operators
 	// ClusterStates reports each cluster's API server reachability (the
 	// reconciler's Clusters); nil: every cluster is assumed reachable.
-	ClusterStates func() []repair.ClusterState
+	ClusterStates func() []ClusterState
 	// StaleAfter is how long an agent may stay silent before its node's
 	// health is unknown (default 90s: three default heartbeats).
 	StaleAfter time.Duration
@@ -78,7 +76,7 @@ type Config struct {
 
 	// Shadow computes the shadow report of GET /api/v1/shadow for [since,
 	// until): what the current policy would have done with the stored
-	// findings (controller/shadow's Report; controller/runner sets it). An
+	// findings (controller/shadow's Report; cmd/runner sets it). An
 	// error wrapping store.ErrInvalid is a bad range (400). Nil: the route
 	// answers 501.
 	Shadow func(ctx context.Context, since, until time.Time) (any, error)
@@ -88,7 +86,7 @@ type Config struct {
 	Limits Limits
 
 	// ApprovalTTL is how long a held repair waits for a decision before it
-	// expires (the reconciler's repair.Config.ApprovalTTL; default 24h),
+	// expires (the reconciler's ApprovalTTL; default 24h),
 	// shown as each held repair's expiry.
 	ApprovalTTL time.Duration
 }
@@ -229,7 +227,7 @@ func (s *server) writeStoreError(w http.ResponseWriter, r *http.Request, err err
 		writeError(w, http.StatusNotFound, "not found", "no "+strings.TrimPrefix(r.URL.Path, "/api/v1/"), nil)
 	case errors.Is(err, store.ErrConflict):
 		writeError(w, http.StatusConflict, "conflict", err.Error(), nil)
-	case errors.Is(err, store.ErrInvalid) && errors.As(err, new(*pgconn.PgError)):
+	case errors.Is(err, store.ErrInvalid) && store.DatabaseRefused(err):
 		// The database refused a value: its text names tables and
 		// constraints, which are not the caller's business.
 		s.cfg.Log.WarnContext(r.Context(), "api: database refused a value", "path", r.URL.Path, "err", err)

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/fleetrepair/fleetrepair/agent/finding"
-	"github.com/fleetrepair/fleetrepair/controller/repair"
 	"github.com/fleetrepair/fleetrepair/controller/store"
 )
 
@@ -17,16 +16,28 @@ const (
 	HealthUnknown = "unknown"
 )
 
-func (s *server) clusterState(name string) (repair.ClusterState, bool) {
+// ClusterState is what the controller last saw of a cluster's API server:
+// reachable or not since when, the last error, and (with leader election)
+// whether this replica leads it. The composition root maps the
+// reconciler's view into it (Config.ClusterStates).
+type ClusterState struct {
+	Name      string    `json:"name"`
+	Reachable bool      `json:"reachable"`
+	Since     time.Time `json:"since"` // when Reachable last changed
+	LastError string    `json:"lastError,omitempty"`
+	Leading   *bool     `json:"leading,omitempty"` // nil: leader election off
+}
+
+func (s *server) clusterState(name string) (ClusterState, bool) {
 	if s.cfg.ClusterStates == nil {
-		return repair.ClusterState{Name: name, Reachable: true}, true
+		return ClusterState{Name: name, Reachable: true}, true
 	}
 	for _, c := range s.cfg.ClusterStates() {
 		if c.Name == name {
 			return c, true
 		}
 	}
-	return repair.ClusterState{}, false
+	return ClusterState{}, false
 }
 
 // health derives a node's health: unknown when its cluster's API server is
@@ -64,16 +75,16 @@ func (s *server) health(n store.Node, ds []store.DiagnosisRecord) (string, strin
 
 // ClusterList is the body of GET /api/v1/clusters.
 type ClusterList struct {
-	Items []repair.ClusterState `json:"items"`
+	Items []ClusterState `json:"items"`
 }
 
 func (s *server) listClusters(w http.ResponseWriter, _ *http.Request) {
-	out := ClusterList{Items: []repair.ClusterState{}}
+	out := ClusterList{Items: []ClusterState{}}
 	if s.cfg.ClusterStates != nil {
 		out.Items = append(out.Items, s.cfg.ClusterStates()...)
 	} else {
 		for _, c := range s.cfg.Clusters {
-			out.Items = append(out.Items, repair.ClusterState{Name: c, Reachable: true})
+			out.Items = append(out.Items, ClusterState{Name: c, Reachable: true})
 		}
 	}
 	writeJSON(w, http.StatusOK, out)

@@ -14,7 +14,6 @@ import (
 	"github.com/fleetrepair/fleetrepair/controller/breaker"
 	"github.com/fleetrepair/fleetrepair/controller/catalog"
 	"github.com/fleetrepair/fleetrepair/controller/ledger"
-	"github.com/fleetrepair/fleetrepair/controller/repair"
 	"github.com/fleetrepair/fleetrepair/controller/store"
 )
 
@@ -252,7 +251,7 @@ type Fleet struct {
 
 // FleetCluster is one cluster of the fleet.
 type FleetCluster struct {
-	repair.ClusterState
+	ClusterState
 	// DeletionsPerHour and DeletionsLeft: the cluster's budget and what is
 	// left of it in the sliding hour (live repairs; dry-run ones do not spend it).
 	DeletionsPerHour         int             `json:"deletionsPerHour"`
@@ -278,13 +277,13 @@ type FleetNodePool struct {
 	OpenRepairs      int    `json:"openRepairs"`
 }
 
-func (s *server) clusterStates() []repair.ClusterState {
+func (s *server) clusterStates() []ClusterState {
 	if s.cfg.ClusterStates != nil {
 		return s.cfg.ClusterStates()
 	}
-	out := make([]repair.ClusterState, 0, len(s.cfg.Clusters))
+	out := make([]ClusterState, 0, len(s.cfg.Clusters))
 	for _, c := range s.cfg.Clusters {
-		out = append(out, repair.ClusterState{Name: c, Reachable: true})
+		out = append(out, ClusterState{Name: c, Reachable: true})
 	}
 	return out
 }

@@ -219,7 +219,7 @@ func TestShadowNotConfigured(t *testing.T) {
 	}
 }
 
-// TestShadowReport wires the real report, as controller/runner does, on an
+// TestShadowReport wires the real report, as cmd/runner does, on an
 // empty fleet: the body is a shadow.Report with empty lists, not nulls.
 func TestShadowReport(t *testing.T) {
 	t.Parallel()

@@ -185,7 +185,7 @@ func Start(ctx context.Context, o Options) (*Controller, error) {
 	}
 	sort.Strings(names)
 	svc, err := api.New(api.Config{Store: st, Catalog: cat, Clusters: names, Authenticator: o.Authenticator,
-		OnIngest: rec.Trigger, ClusterStates: rec.Clusters, Operators: o.Operators, Gatherer: reg, Registerer: reg, Now: o.Now, Log: o.Log, Limits: o.Limits,
+		OnIngest: rec.Trigger, ClusterStates: clusterStates(rec), Operators: o.Operators, Gatherer: reg, Registerer: reg, Now: o.Now, Log: o.Log, Limits: o.Limits,
 		Shadow: shadow.Config{Store: st, Engine: eng, Policy: pol, Breaker: bp, Toleration: o.Toleration, Clusters: names, Resync: o.Resync}.ReportFunc()})
 	if err != nil {
 		st.Close()
@@ -284,5 +284,18 @@ func (c *Controller) maintainFindings(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+	}
+}
+
+// clusterStates maps the reconciler's view of each cluster into the API's
+// type (web/api does not import controller/repair).
+func clusterStates(rec *repair.Reconciler) func() []api.ClusterState {
+	return func() []api.ClusterState {
+		cs := rec.Clusters()
+		out := make([]api.ClusterState, 0, len(cs))
+		for _, c := range cs {
+			out = append(out, api.ClusterState{Name: c.Name, Reachable: c.Reachable, Since: c.Since, LastError: c.LastError, Leading: c.Leading})
+		}
+		return out
 	}
 }
