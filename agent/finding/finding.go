@@ -4,7 +4,7 @@
 //
 // Findings state facts, never actions: "Xid 79 on 0000:3b:00.0 at 12:00:01",
 // not "replace this node". Only the controller maps facts to a diagnosis
-// (DESIGN.md, decision 1). This package uses the standard library only, so the
+// (docs/design.md, decision 1). This package uses the standard library only, so the
 // agent binary stays small.
 package finding
 
@@ -212,7 +212,7 @@ func NewID(f Finding) string {
 // Attr returns the attribute k, or "" when it is absent.
 func (f Finding) Attr(k string) string { return f.Attrs[k] }
 
-// Monitor states (DESIGN.md, decision 2). Never repair on Unknown.
+// Monitor states (docs/design.md, decision 2). Never repair on Unknown.
 const (
 	StateOK      = "ok"      // the monitor observed the hardware and it is healthy
 	StateFailing = "failing" // the monitor observed a fault

@@ -128,7 +128,7 @@ type Config struct {
 // criticalXid reports whether Xid x's default action in the case corpus
 // (shared/cases/xid-actions.md) is a node action: GPU reset, reboot or
 // replacement. Criticality only decides latency and who survives a full queue;
-// the controller alone decides what a finding means (DESIGN.md, decision 1).
+// the controller alone decides what a finding means (docs/design.md, decision 1).
 // Erring towards critical costs one extra request per event.
 func criticalXid(x int) bool {
 	switch x {

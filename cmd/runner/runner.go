@@ -94,7 +94,7 @@ type Options struct {
 	Log *slog.Logger
 }
 
-// Budgets are the deletion budgets of every cluster (DESIGN.md, decision 7).
+// Budgets are the deletion budgets of every cluster (docs/design.md, decision 7).
 type Budgets struct {
 	DeletionsPerHour         int // per cluster, sliding hour
 	NodePoolDeletionsPerHour int // per NodePool, sliding hour

@@ -1,4 +1,4 @@
-// Package auth authenticates node agents (DESIGN.md, decision 10).
+// Package auth authenticates node agents (docs/design.md, decision 10).
 //
 // In production an agent presents a projected ServiceAccount token minted for
 // the fleetrepair audience. The controller validates it with a TokenReview

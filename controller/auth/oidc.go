@@ -11,7 +11,7 @@ import (
 	"golang.org/x/oauth2"
 )
 
-// OIDCConfig configures the dashboard's OpenID Connect login (DESIGN.md,
+// OIDCConfig configures the dashboard's OpenID Connect login (docs/design.md,
 // decision 11): the authorization code flow with PKCE against Issuer, and
 // how a human's role is read from the ID token.
 type OIDCConfig struct {

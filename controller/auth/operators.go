@@ -14,7 +14,7 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// Role is what a human operator may do (DESIGN.md, decision 11).
+// Role is what a human operator may do (docs/design.md, decision 11).
 type Role string
 
 // Roles, each including the ones before it.

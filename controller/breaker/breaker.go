@@ -1,5 +1,5 @@
 // Package breaker decides when repairs must stop because many nodes fail for
-// a shared cause (DESIGN.md, decision 8). It is pure: it takes node metadata,
+// a shared cause (docs/design.md, decision 8). It is pure: it takes node metadata,
 // failure signals and an injected time, and returns the new breaker state and
 // the decisions (state changes, each with its evidence). The repair layer asks
 // Allows before every NodeClaim deletion; the store persists State and audits

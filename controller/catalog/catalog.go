@@ -1,6 +1,6 @@
 // Package catalog loads the reason catalog (reasons.yaml): the versioned list
 // of every ReasonCode a Diagnosis can carry, with its condition type, severity,
-// fault class, default action and toleration (DESIGN.md, decision 3).
+// fault class, default action and toleration (docs/design.md, decision 3).
 //
 // The catalog is data, embedded at build time; Default returns it. Reason
 // codes are an API contract: see reasons.yaml for the rules.
@@ -41,7 +41,7 @@ func (s Severity) Rank() int {
 	return 0
 }
 
-// Action is a remedy, from least to most disruptive (DESIGN.md, decision 6b).
+// Action is a remedy, from least to most disruptive (docs/design.md, decision 6b).
 type Action string
 
 // Actions.
@@ -86,11 +86,11 @@ var FaultClasses = []string{"gpu-lost", "pcie", "memory-uncorrectable", "nvlink"
 var SoftwareClasses = map[string]bool{"driver-regression": true, "monitoring-plane": true, "provisioning": true}
 
 // acceleratedClasses are the fault classes of accelerated hardware, whose
-// default toleration is DefaultAcceleratedToleration (DESIGN.md, decision 4).
+// default toleration is DefaultAcceleratedToleration (docs/design.md, decision 4).
 var acceleratedClasses = map[string]bool{"gpu-lost": true, "pcie": true,
 	"memory-uncorrectable": true, "nvlink": true, "gpu-hang": true, "gpu-firmware": true}
 
-// Default tolerations (DESIGN.md, decision 4).
+// Default tolerations (docs/design.md, decision 4).
 const (
 	DefaultAcceleratedToleration = 10 * time.Minute
 	DefaultOtherToleration       = 30 * time.Minute

@@ -1,4 +1,4 @@
-// Package ledger defines the repair state machine (DESIGN.md, decision 6):
+// Package ledger defines the repair state machine (docs/design.md, decision 6):
 // the states a repair passes through and the transitions allowed between
 // them. It is pure; controller/store enforces it on every write and appends an
 // audit entry for each transition.

@@ -17,7 +17,7 @@ import (
 	"github.com/fleetrepair/fleetrepair/controller/store"
 )
 
-// Breakers (DESIGN.md, decision 8): every periodic pass evaluates the cohort
+// Breakers (docs/design.md, decision 8): every periodic pass evaluates the cohort
 // breakers over the whole fleet (every cluster) on the signals
 // decide.Signals makes of the active diagnoses, and saves the state
 // compare-and-set, so replicas never overwrite each other. Before a

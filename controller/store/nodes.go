@@ -11,7 +11,7 @@ import (
 )
 
 // Cluster is one Kubernetes cluster the controller serves, with its deletion
-// budgets (DESIGN.md, decision 7).
+// budgets (docs/design.md, decision 7).
 type Cluster struct {
 	Name      string
 	CreatedAt time.Time

@@ -17,7 +17,7 @@ import (
 	"github.com/fleetrepair/fleetrepair/controller/ledger"
 )
 
-// Repair is one row of the repair ledger (DESIGN.md, decision 6).
+// Repair is one row of the repair ledger (docs/design.md, decision 6).
 type Repair struct {
 	ID           int64
 	Cluster      string
@@ -393,7 +393,7 @@ func (e *BudgetExceededError) Is(target error) bool { return target == ErrBudget
 // wrapped.
 type DeletionGuard func(r Repair, b DeletionBudget, breakerState json.RawMessage) error
 
-// BeginDeletion is the guard transaction of DESIGN.md decision 7. In one
+// BeginDeletion is the guard transaction of docs/design.md, decision 7. In one
 // transaction it locks the cluster's budget row, checks that repair id is
 // still in state from (else ErrConflict) and that from -> deleting is allowed,
 // counts the repairs of the cluster that entered deleting in the last hour

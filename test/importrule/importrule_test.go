@@ -1,4 +1,4 @@
-// Package importrule checks the import rules of DESIGN.md: the node agent
+// Package importrule checks the import rules of docs/design.md ("Edges"): the node agent
 // never depends on controller code, pgx, chi, client-go or controller-runtime,
 // so its binary stays small and its attack surface too.
 package importrule

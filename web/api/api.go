@@ -484,7 +484,7 @@ func (s *server) getRepair(w http.ResponseWriter, r *http.Request) {
 // NodeDetail is the body of GET /api/v1/nodes/{cluster}/{node}.
 type NodeDetail struct {
 	Node Node `json:"node"`
-	// Health is ok, failing or unknown (DESIGN.md decision 2: silence and an
+	// Health is ok, failing or unknown (docs/design.md, decision 2: silence and an
 	// unreachable cluster are unknown, never healthy, never repaired on).
 	Health       string            `json:"health"`
 	HealthReason string            `json:"healthReason"`
