@@ -28,16 +28,14 @@ type Caller struct {
 func (c Caller) actor() string { return "user:" + c.Operator.Name }
 
 // authorize checks that the caller has at least role want for action,
-// recording a refusal in the security audit. It returns a 403 Problem.
+// recording a refusal in the security audit (sampled like every denial). It returns a 403 Problem.
 func (s *server) authorize(ctx context.Context, c Caller, want auth.Role, action string) error {
 	if c.Operator.Role.Allows(want) {
 		return nil
 	}
 	err := fmt.Errorf("operator %s has role %s, %s needs %s: %w", c.Operator.Name, c.Operator.Role, action, want, auth.ErrForbidden)
-	if aerr := s.cfg.Store.RecordSecurityEvent(ctx, store.SecurityEvent{Subject: c.Operator.Name, Action: action,
-		Outcome: "denied", Status: http.StatusForbidden, Reason: err.Error(), RemoteAddr: c.RemoteAddr}, s.cfg.Now()); aerr != nil {
-		s.cfg.Log.ErrorContext(ctx, "record security event", "err", aerr)
-	}
+	s.audit(ctx, store.SecurityEvent{Subject: c.Operator.Name, Action: action, Outcome: "denied",
+		Status: http.StatusForbidden, Reason: err.Error(), RemoteAddr: c.RemoteAddr}) // counted, sampled (guard.go)
 	return &Problem{Status: http.StatusForbidden, Message: "operator not allowed", Detail: err.Error()}
 }
 
