@@ -23,7 +23,7 @@ screenshots:
 	  ./$(BIN)/screenshots -url http://$(SHOTS_ADDR) -out docs/screenshots; rc=$$?; kill -INT $$pid; wait $$pid; exit $$rc
 
 ## test: every test, on a real PostgreSQL (DATABASE_URL, or a throwaway local cluster)
-test:
+test: kube-tools
 	$(GO) test -count=1 -timeout 20m $(PKGS)
 
 ## test-race: the concurrent packages under the race detector
