@@ -127,15 +127,26 @@ const SniffBytes = 64 * 1024
 var (
 	sniffDiag = regexp.MustCompile(`\|\s*Diagnostic\s*\|\s*Result\s*\||dcgmi diag`)
 	sniffProm = regexp.MustCompile(`(?m)^(# (HELP|TYPE) \S+|DCGM_[A-Z0-9_]+(\{|\s))`)
-	sniffSMI  = regexp.MustCompile(`(?im)Unable to determine the device handle|all links are inactive|^\s*Remapped Rows\s*$|^\s*Link \d+: (<inactive>|[0-9.]+ GB/s)|NVIDIA-SMI|^nvidia-smi|^==============NVSMI LOG|^Failed to initialize NVML|^NVML library version`)
+	sniffSMI  = regexp.MustCompile(`(?im)Unable to determine the device handle|all links are inactive|^\s*Remapped Rows\s*$|^\s*Link \d+: (<inactive>|[0-9.]+ GB/s)|NVIDIA-SMI \d+\.\d+|^\s*(?:\$ )?nvidia-smi|^==============NVSMI LOG|^Failed to initialize NVML|^NVML library version`)
+	// sniffKernel matches a line that is a kernel log record in one of its
+	// renderings: dmesg "[  12.345678] ..." (and -T / relative forms in
+	// brackets), /dev/kmsg "6,1234,5678,-;...", syslog or journalctl lines
+	// tagged kernel: (classic, ISO and journalctl's "[Tue 2024-03-05 ...]"
+	// time forms), and bare driver messages copied without their prefix
+	// ("NVRM: Xid ...", "nvidia-nvswitch3: SXid ...").
+	sniffKernel = regexp.MustCompile(`^(?:\s*NVRM: |\s*nvidia-nvswitch\d*: |\[\s*\d+\.\d+\]|\[[A-Z][a-z]{2} [A-Z][a-z]{2} [ 0-9]\d \d\d:\d\d:\d\d \d{4}\]|\d+,\d+,\d+,[^;]*;|(?:[A-Z][a-z]{2} [ 0-9]\d \d\d:\d\d:\d\d|\d{4}-\d\d-\d\dT\S+|\[[A-Z][a-z]{2} \d{4}-\d\d-\d\d [^\]]+\]) \S+ kernel: )`)
 	sniffJob  = regexp.MustCompile(`(?m)^(?:\[[^\]]*\]\s*)?[\w.-]+:\d+:\d+ \[\d+\] .*NCCL (?:WARN|INFO)`)
 	sniffRT   = regexp.MustCompile(`(?m)^[A-Z][a-z]{2} [ 0-9]\d \d\d:\d\d:\d\d \S+ (kubelet|containerd|dockerd|crio|nvidia-device-plugin|nvidia-container)[^:\s]*:|^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ \S+:\d+\]|^Server: Docker Engine|device plugin \w+ rpc failed|OCI runtime create failed|^nvidia-container-cli: |KubeletNotReady|NodeStatusUnknown|status is now: NodeNotReady|rpc error: code = \w+ desc =|detected NVSwitch (?:non-)?fatal error|\[(?:ERROR|WARNING|INFO)\] \[tid \d+\]|CUDA error: system not yet initialized`)
 )
 
 // Sniff guesses the format of an input from its beginning. It returns a
 // non-kernel format only on an unambiguous sign (a JSON object, the dcgmi
-// table header, Prometheus comments or DCGM_ samples, nvidia-smi's own
-// texts, kubelet/runtime/glog line prefixes), and KernelLog otherwise.
+// table header, a job log's NCCL lines, Prometheus comments or DCGM_
+// samples, nvidia-smi's own texts, kubelet/runtime/glog line prefixes), and
+// KernelLog otherwise. An input whose lines are mostly kernel log records is
+// a kernel log whatever words its messages carry: a kernel log naming the
+// nvidia-smi process (an Xid's "name=nvidia-smi", a hung nvidia-smi) must
+// never be read as nvidia-smi output and lose its Xids.
 func Sniff(head []byte) Format {
 	t := bytes.TrimSpace(head)
 	switch {
@@ -145,6 +156,8 @@ func Sniff(head []byte) Format {
 		return DcgmiDiag
 	case sniffJob.Match(t):
 		return JobLog
+	case mostlyKernel(t):
+		return KernelLog
 	case sniffSMI.Match(t):
 		return NvidiaSMI
 	case sniffProm.Match(t):
@@ -153,6 +166,26 @@ func Sniff(head []byte) Format {
 		return RuntimeLog
 	}
 	return KernelLog
+}
+
+// mostlyKernel reports whether at least half of the non-empty lines of t
+// (and at least one) are kernel log records (sniffKernel). The last line of
+// a sniffed head may be cut short; it counts like the others.
+func mostlyKernel(t []byte) bool {
+	kernel, lines := 0, 0
+	for len(t) > 0 {
+		var line []byte
+		line, t, _ = bytes.Cut(t, []byte("\n"))
+		line = bytes.TrimRight(line, "\r")
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		lines++
+		if sniffKernel.Match(line) {
+			kernel++
+		}
+	}
+	return kernel > 0 && 2*kernel >= lines
 }
 
 // Options configure Scan.

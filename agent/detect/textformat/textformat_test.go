@@ -50,6 +50,14 @@ func TestSniff(t *testing.T) {
 		{"KubeletNotReady              container runtime is down", RuntimeLog},
 		{"[Jul 01 2024 10:00:00] [ERROR] [tid 841] detected NVSwitch non-fatal error 12028 on fid 0", RuntimeLog},
 		{"", KernelLog},
+		// Kernel logs that name the nvidia-smi process stay kernel logs
+		// (blind trial: these lost their Xids as "nvidia-smi output").
+		{"[ 100.000000] NVRM: Xid (PCI:0000:4e:00): 79, pid=1234, name=nvidia-smi, GPU has fallen off the bus.", KernelLog},
+		{"Dec  1 10:00:00 gpu-node-7 kernel: NVRM: Xid (PCI:0000:4e:00): 79, pid=1234, name=nvidia-smi, GPU has fallen off the bus.", KernelLog},
+		{strings.Repeat("[ 1.000000] eth0: link up\n", 40) + "[ 9.0] watchdog: BUG: soft lockup - CPU#3 stuck for 22s! [nvidia-smi:4242]\n", KernelLog},
+		{strings.Repeat("NVRM: Xid (PCI:0000:9b:00): 119, pid=1, name=nvidia-smi, Timeout after 45s of waiting for RPC response from GPU4 GSP!\n", 3) + "$ nvidia-smi\nNo devices were found\n", KernelLog},
+		{"| NVIDIA-SMI 535.104.05             Driver Version: 535.104.05   CUDA Version: 12.2     |", NvidiaSMI},
+		{"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.", NvidiaSMI},
 	}
 	for _, tt := range tests {
 		if got := Sniff([]byte(tt.in)); got != tt.want {
