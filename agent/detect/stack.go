@@ -23,8 +23,11 @@ var (
 	hardLockRE  = regexp.MustCompile(`Watchdog detected hard LOCKUP on cpu (\d+)`)
 	rcuStallRE  = regexp.MustCompile(`INFO: (\w+) (?:self-detected stall on CPU|detected stalls on CPUs/tasks)`)
 	stackTaskRE = regexp.MustCompile(`^task:\s*(\S+)\s+state:\s*(\S+).*?\bpid:\s*(\d+)`)
-	frameRE     = regexp.MustCompile(`^(\? )?[\w.$]+\+0x[0-9a-f]+/0x[0-9a-f]+(?: \[(\w+)\])?`)
-	ripRE       = regexp.MustCompile(`^RIP: [0-9a-f]{4}:[\w.$]+\+0x[0-9a-f]+/0x[0-9a-f]+(?: \[(\w+)\])?`)
+	// frameRE and ripRE read a stack frame in both renderings: today's
+	// "? func+0x1e/0x40 [mod]" and older kernels' (3.x/4.x, e.g. RHEL 7)
+	// "[<ffffffffa09c376e>] ? func+0x1e/0x40 [mod]" with the address first.
+	frameRE = regexp.MustCompile(`^(?:\[<[0-9a-f]+>\]\s+)?(\? )?[\w.$]+\+0x[0-9a-f]+/0x[0-9a-f]+(?: \[(\w+)\])?`)
+	ripRE   = regexp.MustCompile(`^RIP: [0-9a-f]{4}:(?:\[<[0-9a-f]+>\]\s+\[<[0-9a-f]+>\]\s+)?[\w.$]+\+0x[0-9a-f]+/0x[0-9a-f]+(?: \[(\w+)\])?`)
 	// stackDetailRE are the other lines of such a report.
 	stackDetailRE = regexp.MustCompile(`^(?:Tainted:|Not tainted|"echo 0 > /proc/sys/kernel/hung_task_timeout_secs"|Call Trace:|</?(?:TASK|IRQ|NMI|SOFTIRQ)>|Modules linked in:|CPU: \d+ |Hardware name:|Code: |[A-Z0-9]{2,3}: |rcu: |\(detected by|Sending NMI|NMI backtrace|task:|Workqueue:|irq event stamp:|hardirqs |softirqs |Showing all locks|\d+ locks? held by|#\d+: |Kernel panic|---\[ end trace)`)
 )

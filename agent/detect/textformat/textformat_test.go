@@ -98,3 +98,27 @@ func FuzzScan(f *testing.F) {
 		}
 	})
 }
+
+// TestOldKernelStackFrames: kernels before 4.x print each frame after its
+// address ("[<ffffffffa09c376e>] func+0x1e/0x40 [nvidia_uvm]"); a hung task
+// stuck in the nvidia modules must still name them (blind trial: a RHEL 7
+// style report was read as an OS event with no GPU frame).
+func TestOldKernelStackFrames(t *testing.T) {
+	t.Parallel()
+	in := `[  721.028170] INFO: task nvc:[driver]:5403 blocked for more than 120 seconds.
+[  721.028229]       Tainted: P           O    4.4.146-1.el7.elrepo.x86_64 #1
+[  721.028273] "echo 0 > /proc/sys/kernel/hung_task_timeout_secs" disables this message.
+[  721.028346] Call Trace:
+[  721.028360]  [<ffffffff8170e16e>] ? schedule_preempt_disabled+0xe/0x10
+[  721.028368]  [<ffffffff8170de85>] schedule+0x35/0x80
+[  721.028383]  [<ffffffff8170fd3f>] mutex_lock+0x1f/0x2f
+[  721.028422]  [<ffffffffa09c376e>] uvm_gpu_retain_by_uuid+0x1e/0x40 [nvidia_uvm]
+`
+	res, err := Scan(context.Background(), strings.NewReader(in), Auto, Options{})
+	if err != nil || len(res.Findings) != 1 {
+		t.Fatalf("scan: %v, findings %+v", err, res.Findings)
+	}
+	if f := res.Findings[0]; f.Detector != "hung-task" || f.Attrs["module"] != "nvidia_uvm" {
+		t.Fatalf("finding %s module %q, want hung-task in nvidia_uvm", f.Detector, f.Attrs["module"])
+	}
+}
