@@ -63,6 +63,12 @@ func TestXidAttrs(t *testing.T) {
 			map[string]string{"recovery_action": "drain-p2p"}},
 		{"NVRM: Xid (PCI:0000:01:00): 31, pid=13705, name=UnrealEditor, channel 0x0000000c, intr 00000000. MMU Fault: ENGINE GRAPHICS GPC2 GPCCLIENT_PROP_0 faulted @ 0x0_00000000. Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_READ",
 			map[string]string{"pid": "13705", "process": "UnrealEditor", "engine": "GRAPHICS", "fault": "FAULT_PDE ACCESS_TYPE_VIRT_READ"}},
+		// NVLink5 Xids print their severity (blind trial: a Nonfatal 145
+		// was treated as fatal and the node rebooted).
+		{"NVRM: Xid (PCI:0018:01:00): 145, RLW_RXPIPE Nonfatal XC0 i0 Link 13 (0x0409a0c2 0x00000008 0x00000001 0x00000000 0x00100000 0x00000004)",
+			map[string]string{"fatal": "false", "links": "13"}},
+		{"NVRM: Xid (PCI:0018:01:00): 149, NETIR_LINK_EVT Fatal XC0 i0 Link 04 (0x00000001 0x00000000)",
+			map[string]string{"fatal": "true", "links": "4"}},
 	}
 	for _, tt := range tests {
 		x, ok := parseXid(tt.line)

@@ -45,6 +45,9 @@ var (
 	// linkRE: the NVLink a link-level Xid names ("TLC RX interrupt hit on
 	// link 4", "NVLink: fatal error detected on link 14").
 	linkRE = regexp.MustCompile(`(?i)\blink (\d{1,3})\b`)
+	// nvlinkSevRE reads the severity an NVLink5 Xid (144-150) prints after
+	// its unit: "145, RLW_RXPIPE Nonfatal XC0 i0 Link 13 (...)".
+	nvlinkSevRE = regexp.MustCompile(`(?i)\b(non-?fatal|fatal)\b`)
 )
 
 // linkXid reports whether an Xid is about one NVLink (74 NVLink error, 137
@@ -119,6 +122,11 @@ func (d *Detector) xidAttrs(x xidLine) map[string]string {
 	}
 	if m := resetRE.FindStringSubmatch(x.text); m != nil {
 		a[finding.AttrResetRequired] = strconv.FormatBool(m[1] == "Yes")
+	}
+	if x.xid >= 144 && x.xid <= 150 {
+		if m := nvlinkSevRE.FindStringSubmatch(x.text); m != nil {
+			a[finding.AttrFatal] = strconv.FormatBool(strings.EqualFold(m[1], "fatal"))
+		}
 	}
 	if linkXid(x.xid) {
 		if m := linkRE.FindStringSubmatch(x.text); m != nil {
