@@ -40,12 +40,16 @@ func newControllerCmd() *cobra.Command {
 		Long: `Run the controller.
 
 Clusters are given as --cluster NAME=KUBECONFIG (repeatable), or NAME=in-cluster
-for the cluster the controller runs in. Every flag has an environment fallback
-(FLEETREPAIR_*).`,
+for the cluster the controller runs in. Every flag has an environment fallback,
+FLEETREPAIR_ and the flag's name in capitals with underscores (--dry-run:
+FLEETREPAIR_DRY_RUN=true), except --database-url (DATABASE_URL) and
+--leader-elect-namespace / --leader-elect-identity (POD_NAMESPACE, POD_NAME).
+A flag given on the command line wins; a malformed value (FLEETREPAIR_DRY_RUN=yes)
+stops the controller with an error naming the variable.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := flagsFromEnv(cmd, map[string]string{"workers": "FLEETREPAIR_WORKERS",
-				"kube-api-qps": "FLEETREPAIR_KUBE_API_QPS", "kube-api-burst": "FLEETREPAIR_KUBE_API_BURST"}); err != nil {
+			if err := flagsFromEnv(cmd, map[string]string{"database-url": "DATABASE_URL",
+				"leader-elect-namespace": "POD_NAMESPACE", "leader-elect-identity": "POD_NAME"}); err != nil {
 				return err
 			}
 			if o.DatabaseURL == "" {
@@ -62,20 +66,6 @@ for the cluster the controller runs in. Every flag has an environment fallback
 			}
 			o.Clusters = map[string]*kube.Cluster{}
 			reviewers := map[string]kubernetes.Interface{}
-			for _, c := range clusters {
-				name, path, ok := strings.Cut(c, "=")
-				if !ok || name == "" || path == "" {
-					return fmt.Errorf("--cluster %q: want NAME=KUBECONFIG or NAME=in-cluster", c)
-				}
-				if o.Clusters[name] != nil {
-					return fmt.Errorf("--cluster %q: cluster %s given twice", c, name)
-				}
-				k, cs, err := clusterFrom(name, path, kube.CachedOptions{QPS: float32(kubeQPS), Burst: kubeBurst})
-				if err != nil {
-					return err
-				}
-				o.Clusters[name], reviewers[name] = k, cs
-			}
 			o.Log = slog.New(slog.NewJSONHandler(os.Stderr, nil))
 			if budgets.DeletionsPerHour < 0 || budgets.NodePoolDeletionsPerHour < 0 || budgets.MaxInFlightPerNodePool < 0 {
 				return errors.New("budgets must be >= 0 (0 stops every deletion)")
@@ -125,6 +115,23 @@ for the cluster the controller runs in. Every flag has an environment fallback
 				o.OIDC = &oidc
 				o.SecureCookies = strings.HasPrefix(oidc.RedirectURL, "https://")
 			}
+			// Connect last: every configuration error above is reported as
+			// itself, not hidden behind an unreachable cluster. (The leader
+			// election and TokenReview set up above hold the reviewers map.)
+			for _, c := range clusters {
+				name, path, ok := strings.Cut(c, "=")
+				if !ok || name == "" || path == "" {
+					return fmt.Errorf("--cluster %q: want NAME=KUBECONFIG or NAME=in-cluster", c)
+				}
+				if o.Clusters[name] != nil {
+					return fmt.Errorf("--cluster %q: cluster %s given twice", c, name)
+				}
+				k, cs, err := clusterFrom(name, path, kube.CachedOptions{QPS: float32(kubeQPS), Burst: kubeBurst})
+				if err != nil {
+					return err
+				}
+				o.Clusters[name], reviewers[name] = k, cs
+			}
 			c, err := runner.Start(cmd.Context(), o)
 			if err != nil {
 				return err
@@ -134,12 +141,12 @@ for the cluster the controller runs in. Every flag has an environment fallback
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.DatabaseURL, "database-url", envOr("DATABASE_URL", ""), "PostgreSQL connection string (env DATABASE_URL)")
-	f.BoolVar(&o.Migrate, "migrate", envOr("FLEETREPAIR_MIGRATE", "") == "true", "apply database migrations at start (env FLEETREPAIR_MIGRATE=true)")
+	f.BoolVar(&o.Migrate, "migrate", false, "apply database migrations at start")
 	f.StringVar(&o.Listen, "listen", envOr("FLEETREPAIR_LISTEN", ":8080"), "HTTP listen address for the API, /metrics, /livez, /readyz")
 	f.StringVar(&o.TLSCertFile, "tls-cert-file", envOr("FLEETREPAIR_TLS_CERT_FILE", ""), "serve HTTPS with this PEM certificate (re-read when it changes; env FLEETREPAIR_TLS_CERT_FILE); needs --tls-key-file")
 	f.StringVar(&o.TLSKeyFile, "tls-key-file", envOr("FLEETREPAIR_TLS_KEY_FILE", ""), "PEM private key of --tls-cert-file (env FLEETREPAIR_TLS_KEY_FILE)")
 	f.StringArrayVar(&clusters, "cluster", nil, "NAME=KUBECONFIG or NAME=in-cluster (repeatable)")
-	f.BoolVar(&o.DryRun, "dry-run", envOr("FLEETREPAIR_DRY_RUN", "") == "true", "record every decision, delete no NodeClaim")
+	f.BoolVar(&o.DryRun, "dry-run", false, "record every decision, delete no NodeClaim")
 	f.DurationVar(&o.Toleration, "toleration", 0, "override every reason's toleration window (e.g. 30s for demos; 0 = catalog defaults: 10m accelerated hardware, 30m other)")
 	f.DurationVar(&o.Resync, "resync", 10*time.Second, "period of the pass over open repairs")
 	f.DurationVar(&o.FindingRetention, "finding-retention", 30*24*time.Hour,
@@ -152,7 +159,7 @@ for the cluster the controller runs in. Every flag has an environment fallback
 	f.IntVar(&budgets.NodePoolDeletionsPerHour, "nodepool-deletions-per-hour", 5, "NodeClaim deletions each NodePool may start per sliding hour")
 	f.IntVar(&budgets.MaxInFlightPerNodePool, "max-in-flight-per-nodepool", 1, "NodeClaim deletions in progress at once per NodePool")
 	f.StringVar(&operatorsFile, "operators-file", envOr("FLEETREPAIR_OPERATORS_FILE", ""), "YAML list of operators {name, role: viewer|approver|admin, tokenSHA256} allowed to approve/reject repairs (until OIDC login)")
-	f.BoolVar(&leaderElect, "leader-elect", envOr("FLEETREPAIR_LEADER_ELECT", "") == "true", "per-cluster leader election (Lease fleetrepair-controller) for background loops; run with it on when there is more than one replica")
+	f.BoolVar(&leaderElect, "leader-elect", false, "per-cluster leader election (Lease fleetrepair-controller) for background loops; run with it on when there is more than one replica")
 	f.StringVar(&leNamespace, "leader-elect-namespace", envOr("POD_NAMESPACE", ""), "namespace of the Lease in every cluster (env POD_NAMESPACE)")
 	f.StringVar(&leIdentity, "leader-elect-identity", envOr("POD_NAME", ""), "this replica's identity (env POD_NAME; default the host name)")
 	f.StringVar(&agentAuth, "agent-auth", envOr("FLEETREPAIR_AGENT_AUTH", "tokenreview"), "how agents authenticate: tokenreview (projected ServiceAccount tokens, validated against the agent's cluster), static (one shared token, demo/dev), none (insecure)")

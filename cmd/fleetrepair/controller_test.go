@@ -1,6 +1,12 @@
 package main
 
-import "testing"
+import (
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+)
 
 // TestLoopback: --agent-auth=none is allowed only on loopback listen
 // addresses.
@@ -10,6 +16,58 @@ func TestLoopback(t *testing.T) {
 		":8080": false, "0.0.0.0:8080": false, "10.0.0.5:8080": false, "garbage": false} {
 		if got := loopback(addr); got != want {
 			t.Errorf("loopback(%q) = %v, want %v", addr, got, want)
+		}
+	}
+}
+
+// TestControllerEnv: every controller flag reads its environment variable,
+// booleans parse strictly (FLEETREPAIR_DRY_RUN=yes is an error, not "dry run
+// off"), and a flag on the command line wins over the environment.
+func TestControllerEnv(t *testing.T) {
+	for _, tc := range []struct {
+		env     map[string]string
+		args    []string
+		wantErr string
+		check   func(*cobra.Command) string
+	}{
+		{env: map[string]string{"FLEETREPAIR_DRY_RUN": "yes"}, wantErr: "FLEETREPAIR_DRY_RUN"},
+		{env: map[string]string{"FLEETREPAIR_WORKERS": "four"}, wantErr: "FLEETREPAIR_WORKERS"},
+		{env: map[string]string{"FLEETREPAIR_DRY_RUN": "1", "FLEETREPAIR_WORKERS": "9"}, check: func(c *cobra.Command) string {
+			if v, _ := c.Flags().GetBool("dry-run"); !v {
+				return "FLEETREPAIR_DRY_RUN=1 did not turn dry run on"
+			}
+			if v, _ := c.Flags().GetInt("workers"); v != 9 {
+				return "FLEETREPAIR_WORKERS=9 ignored"
+			}
+			return ""
+		}},
+		{env: map[string]string{"FLEETREPAIR_WORKERS": "9"}, args: []string{"--workers", "3"}, check: func(c *cobra.Command) string {
+			if v, _ := c.Flags().GetInt("workers"); v != 3 {
+				return "the command line did not win over the environment"
+			}
+			return ""
+		}},
+	} {
+		for k, v := range tc.env {
+			t.Setenv(k, v)
+		}
+		cmd := newControllerCmd()
+		if err := cmd.ParseFlags(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		err := flagsFromEnv(cmd, nil)
+		switch {
+		case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+			t.Errorf("env %v: error %v, want one naming %s", tc.env, err, tc.wantErr)
+		case tc.wantErr == "" && err != nil:
+			t.Errorf("env %v: %v", tc.env, err)
+		case tc.check != nil:
+			if msg := tc.check(cmd); msg != "" {
+				t.Errorf("env %v args %v: %s", tc.env, tc.args, msg)
+			}
+		}
+		for k := range tc.env {
+			os.Unsetenv(k)
 		}
 	}
 }

@@ -19,9 +19,11 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 func main() {
@@ -57,19 +59,30 @@ func envOr(k, def string) string {
 	return def
 }
 
-// flagsFromEnv sets every flag in env (flag name -> environment variable)
-// that was not given on the command line from its environment variable, if
-// set, parsing it as the flag would: a malformed value is an error that
-// names the variable, never a silent default.
+// flagsFromEnv sets every flag of cmd that was not given on the command
+// line from its environment variable, when that is set: env names the
+// variable of some flags (flag name -> variable), every other flag reads
+// FLEETREPAIR_<NAME> (capitals, dashes as underscores). The value is parsed
+// as the flag would parse it, so a malformed value (FLEETREPAIR_DRY_RUN=yes,
+// FLEETREPAIR_WORKERS=four) is an error that names the variable, never a
+// silent default.
 func flagsFromEnv(cmd *cobra.Command, env map[string]string) error {
-	for name, key := range env {
-		v, ok := os.LookupEnv(key)
-		if !ok || cmd.Flags().Changed(name) {
-			continue
+	var err error
+	cmd.Flags().VisitAll(func(f *pflag.Flag) {
+		if err != nil || f.Changed || f.Name == "help" {
+			return
 		}
-		if err := cmd.Flags().Set(name, v); err != nil {
-			return fmt.Errorf("environment %s=%q (for --%s): %w", key, v, name, err)
+		key, ok := env[f.Name]
+		if !ok {
+			key = "FLEETREPAIR_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
 		}
-	}
-	return nil
+		v, set := os.LookupEnv(key)
+		if !set {
+			return
+		}
+		if serr := cmd.Flags().Set(f.Name, v); serr != nil {
+			err = fmt.Errorf("environment %s=%q (for --%s): %w", key, v, f.Name, serr)
+		}
+	})
+	return err
 }

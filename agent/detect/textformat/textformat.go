@@ -188,6 +188,11 @@ func mostlyKernel(t []byte) bool {
 	return kernel > 0 && 2*kernel >= lines
 }
 
+// ErrNotText is returned by Scan for an input that is no text log at all
+// (compressed, binary): reading it as a kernel log would say "0 findings",
+// which an SRE would read as healthy.
+var ErrNotText = errors.New("not a text log")
+
 // Options configure Scan.
 type Options struct {
 	// Node and BootID are put into every finding.
@@ -227,8 +232,14 @@ type KernelStats struct {
 // findings. Errors: reading the input, and ctx ending during a kernel log.
 func Scan(ctx context.Context, r io.Reader, f Format, o Options) (Result, error) {
 	br := bufio.NewReaderSize(r, SniffBytes)
+	head, _ := br.Peek(SniffBytes)
+	if bytes.HasPrefix(head, []byte{0x1f, 0x8b}) {
+		return Result{}, fmt.Errorf("scan: the input is gzip-compressed: decompress it first (zcat FILE | fleetrepair-agent scan -): %w", ErrNotText)
+	}
+	if bytes.IndexByte(head, 0) >= 0 {
+		return Result{}, fmt.Errorf("scan: the input holds NUL bytes, it is not a text log: %w", ErrNotText)
+	}
 	if f == Auto || f == "" {
-		head, _ := br.Peek(SniffBytes)
 		f = Sniff(head)
 	}
 	res := Result{Format: f}

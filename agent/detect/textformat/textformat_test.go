@@ -122,3 +122,13 @@ func TestOldKernelStackFrames(t *testing.T) {
 		t.Fatalf("finding %s module %q, want hung-task in nvidia_uvm", f.Detector, f.Attrs["module"])
 	}
 }
+
+// TestNotText: a gzipped or binary input is an error, never "0 findings".
+func TestNotText(t *testing.T) {
+	t.Parallel()
+	for name, in := range map[string]string{"gzip": "\x1f\x8b\x08\x00\x00\x00\x00\x00", "binary": "ELF\x00\x01\x02"} {
+		if _, err := Scan(context.Background(), strings.NewReader(in), Auto, Options{}); !errors.Is(err, ErrNotText) {
+			t.Errorf("%s: err %v, want ErrNotText", name, err)
+		}
+	}
+}
