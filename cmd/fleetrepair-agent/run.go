@@ -168,6 +168,9 @@ func runAgent(ctx context.Context, o runOptions, s streams) error {
 	if len(missing) > 0 {
 		return usageError{fmt.Errorf("required: %s", strings.Join(missing, ", "))}
 	}
+	if o.heartbeatInterval <= 0 || o.expectedGPUs < 0 {
+		return usageError{fmt.Errorf("--heartbeat-interval must be positive and --expected-gpus >= 0 (got %s, %d)", o.heartbeatInterval, o.expectedGPUs)}
+	}
 	log := slog.New(slog.NewJSONHandler(s.err, nil)).With("node", o.node)
 	boot := o.bootID
 	if boot == "" {

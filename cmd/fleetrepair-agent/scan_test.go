@@ -136,3 +136,16 @@ func TestHelp(t *testing.T) {
 		t.Errorf("help: code %d\n%s", code, out)
 	}
 }
+
+// TestRunRefusesBadIntervals: a zero heartbeat interval or a negative GPU
+// count is a usage error at start, not an agent that never reports or that
+// expects no GPUs.
+func TestRunRefusesBadIntervals(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{"--heartbeat-interval", "0s"}, {"--expected-gpus", "-3"}} {
+		_, errOut, code := runCLI(t, "", append([]string{"run", "--controller", "http://127.0.0.1:1", "--cluster", "c", "--node", "n"}, args...)...)
+		if code != 2 || !strings.Contains(errOut, args[0]) {
+			t.Errorf("%v: code %d, stderr %q; want a usage error naming the flag", args, code, errOut)
+		}
+	}
+}
