@@ -386,3 +386,42 @@ func TestAgentRateLimit(t *testing.T) {
 		t.Fatalf("another agent: %d, want 200 (limits are per agent)", code)
 	}
 }
+
+// TestManyAgentsBehindOneSource: agents behind one NAT or load balancer
+// share a source address; the per-source limit of the read routes must not
+// refuse their reports (each agent has its own limit).
+func TestManyAgentsBehindOneSource(t *testing.T) {
+	st, err := store.Open(context.Background(), pgtest.DSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	h, err := api.Handler(api.Config{Store: st, Catalog: catalog.Default(), Clusters: []string{"c1"}, Limits: api.Limits{SourceRPS: 5},
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	for i := range 30 {
+		code, err := postFrom(http.DefaultClient, srv.URL, "", report(fmt.Sprintf("n%d", i), xid(fmt.Sprint(i), 79)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code != http.StatusOK {
+			t.Fatalf("report %d of 30 agents on one source: %d, want 200", i, code)
+		}
+	}
+	var last int
+	for range 10 { // the read routes still have the per-source limit
+		resp, err := http.Get(srv.URL + "/api/v1/repairs")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		last = resp.StatusCode
+	}
+	if last != http.StatusTooManyRequests {
+		t.Fatalf("11th read in a second from one source: %d, want 429", last)
+	}
+}
