@@ -38,7 +38,7 @@ func newDecisionCmd(verb string) *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&server, "server", envOr("FLEETREPAIR_SERVER", "http://127.0.0.1:8080"), "controller base URL (env FLEETREPAIR_SERVER)")
+	cmd.Flags().StringVar(&server, "server", serverDefault(), "controller base URL (env FLEETREPAIR_SERVER)")
 	cmd.Flags().StringVar(&token, "token", envOr("FLEETREPAIR_TOKEN", ""), "your operator token (env FLEETREPAIR_TOKEN)")
 	cmd.Flags().StringVar(&reason, "reason", "", "why (required; recorded in the audit)")
 	return cmd

@@ -25,7 +25,7 @@ func newBreakersCmd() *cobra.Command {
 		},
 	}
 	pf := cmd.PersistentFlags()
-	pf.StringVar(&server, "server", envOr("FLEETREPAIR_SERVER", "http://127.0.0.1:8080"), "controller base URL (env FLEETREPAIR_SERVER)")
+	pf.StringVar(&server, "server", serverDefault(), "controller base URL (env FLEETREPAIR_SERVER)")
 	pf.StringVar(&token, "token", envOr("FLEETREPAIR_TOKEN", ""), "your operator token (env FLEETREPAIR_TOKEN)")
 	pf.StringVarP(&output, "output", "o", "table", "output format: table or json")
 

@@ -86,3 +86,12 @@ func flagsFromEnv(cmd *cobra.Command, env map[string]string) error {
 	})
 	return err
 }
+
+// serverDefault is the controller URL the client commands use: env
+// FLEETREPAIR_SERVER when it is set and not empty, else the local default.
+func serverDefault() string {
+	if v := strings.TrimSpace(os.Getenv("FLEETREPAIR_SERVER")); v != "" {
+		return v
+	}
+	return "http://127.0.0.1:8080"
+}

@@ -33,7 +33,7 @@ func newRepairsCmd() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.PersistentFlags().StringVar(&server, "server", envOr("FLEETREPAIR_SERVER", "http://127.0.0.1:8080"), "controller base URL (env FLEETREPAIR_SERVER)")
+	cmd.PersistentFlags().StringVar(&server, "server", serverDefault(), "controller base URL (env FLEETREPAIR_SERVER)")
 	cmd.PersistentFlags().StringVarP(&output, "output", "o", "table", "output format: table or json")
 
 	var q struct{ cluster, node, state, reason, since, until string }

@@ -66,7 +66,7 @@ would have done. docs/shadow.md describes the model and its limits.
 	f := cmd.Flags()
 	f.StringVar(&since, "since", "", "start of the range: RFC 3339, or a duration before now (168h, 7d); required")
 	f.StringVar(&until, "until", "", "end of the range: RFC 3339, or a duration before now (default: now)")
-	f.StringVar(&server, "server", envOr("FLEETREPAIR_SERVER", "http://127.0.0.1:8080"), "controller base URL (env FLEETREPAIR_SERVER)")
+	f.StringVar(&server, "server", serverDefault(), "controller base URL (env FLEETREPAIR_SERVER)")
 	f.StringVarP(&output, "output", "o", "table", "output format: table or json")
 	f.StringVar(&token, "token", envOr("FLEETREPAIR_TOKEN", ""), "your operator token, role viewer or above (env FLEETREPAIR_TOKEN)")
 	f.DurationVar(&timeout, "timeout", 5*time.Minute, "how long to wait for the report (a week of a large fleet takes a while)")

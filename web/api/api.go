@@ -297,12 +297,13 @@ func (s *server) ingest(w http.ResponseWriter, r *http.Request) {
 	var rep finding.Report
 	if err := dec.Decode(&rep); err != nil {
 		s.reports.WithLabelValues("invalid").Inc()
-		status := http.StatusBadRequest
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			status = http.StatusRequestEntityTooLarge
+			writeError(w, http.StatusRequestEntityTooLarge, "report too large",
+				fmt.Sprintf("the body is over %d bytes: send fewer findings per report (the agent batches at most 1000)", tooBig.Limit), nil)
+			return
 		}
-		writeError(w, status, "malformed report", err.Error(), nil)
+		writeError(w, http.StatusBadRequest, "malformed report", err.Error(), nil)
 		return
 	}
 	if dec.More() {

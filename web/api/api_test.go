@@ -102,7 +102,7 @@ func TestIngestRejectsBadReports(t *testing.T) {
 		{"no token", good, []string{"Authorization", ""}, 401, "token"},
 		{"wrong token", good, []string{"Authorization", "Bearer nope"}, 401, "token"},
 		{"wrong content type", good, []string{"Content-Type", "text/plain"}, 415, "content type"},
-		{"huge body", `{"findings":[` + strings.Repeat(`{"id":"x"},`, api.MaxReportBytes/10) + `{}]}`, nil, 413, "malformed"},
+		{"huge body", `{"findings":[` + strings.Repeat(`{"id":"x"},`, api.MaxReportBytes/10) + `{}]}`, nil, 413, "too large"},
 	}
 	for _, tc := range tests {
 		status, eb := e.post(t, tc.body, tc.hdr...)
