@@ -167,8 +167,8 @@ func (k *Cluster) Run(ctx context.Context, onChange func(node string)) error {
 				}
 			},
 			DeleteFunc: func(o any) {
-				if n := nodeName(o); n != "" {
-					onChange(n)
+				if n, ok := deletedObject(o).(*corev1.Node); ok {
+					onChange(n.Name)
 				}
 			},
 		}); err != nil {
@@ -186,10 +186,7 @@ func (k *Cluster) Run(ctx context.Context, onChange func(node string)) error {
 				}
 			},
 			DeleteFunc: func(o any) {
-				if tomb, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
-					o = tomb.Obj
-				}
-				if nc, ok := o.(*karpv1.NodeClaim); ok && nc.Status.NodeName != "" {
+				if nc, ok := deletedObject(o).(*karpv1.NodeClaim); ok && nc.Status.NodeName != "" {
 					onChange(nc.Status.NodeName)
 				}
 			},
@@ -203,14 +200,13 @@ func (k *Cluster) Run(ctx context.Context, onChange func(node string)) error {
 	return nil
 }
 
-func nodeName(o any) string {
+// deletedObject is the object of a delete event: the last state the
+// informer knew when the watch missed the delete itself (a tombstone).
+func deletedObject(o any) any {
 	if tomb, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
-		o = tomb.Obj
+		return tomb.Obj
 	}
-	if n, ok := o.(*corev1.Node); ok {
-		return n.Name
-	}
-	return ""
+	return o
 }
 
 // nodeChanged reports whether an update changed what a reconcile reads:

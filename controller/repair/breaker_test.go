@@ -8,10 +8,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
-	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
-
 	"github.com/fleetrepair/fleetrepair/agent/finding"
 	"github.com/fleetrepair/fleetrepair/controller/breaker"
 	"github.com/fleetrepair/fleetrepair/controller/diagnose"
@@ -154,16 +150,8 @@ func TestKillSwitchStopsApprovedRepairs(t *testing.T) {
 func zoneFleet(t *testing.T, cfg repair.Config) (e *env, z1, z2 []string) {
 	t.Helper()
 	ctx := context.Background()
-	st, err := store.Open(ctx, pgtest.DSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
-	c := fake.NewClientBuilder().WithScheme(kube.Scheme).WithStatusSubresource(&corev1.Node{}, &karpv1.NodeClaim{}).Build()
-	sim := karpentersim.New(c, 0)
-	if err := sim.CreateNodePool(ctx, "gpu"); err != nil {
-		t.Fatal(err)
-	}
+	st := pgtest.Store(t)
+	var nodes []karpentersim.NodeSpec
 	for i := 0; i < 50; i++ {
 		zone, name := "z2", fmt.Sprintf("b%02d", i)
 		if i < 10 {
@@ -172,11 +160,9 @@ func zoneFleet(t *testing.T, cfg repair.Config) (e *env, z1, z2 []string) {
 		} else {
 			z2 = append(z2, name)
 		}
-		if err := sim.CreateNode(ctx, karpentersim.NodeSpec{Name: name, NodePool: "gpu", Zone: zone, InstanceType: "p5.48xlarge", GPUs: 8}); err != nil {
-			t.Fatal(err)
-		}
+		nodes = append(nodes, karpentersim.NodeSpec{Name: name, NodePool: "gpu", Zone: zone, InstanceType: "p5.48xlarge", GPUs: 8})
 	}
-	k := kube.New("c1", c)
+	k, sim := fakeFleet(t, nodes)
 	pol, err := breaker.NewPolicy(breaker.Config{})
 	if err != nil {
 		t.Fatal(err)

@@ -19,7 +19,6 @@ import (
 	"github.com/fleetrepair/fleetrepair/controller/kube"
 	"github.com/fleetrepair/fleetrepair/controller/ledger"
 	"github.com/fleetrepair/fleetrepair/controller/repair"
-	"github.com/fleetrepair/fleetrepair/controller/store"
 	"github.com/fleetrepair/fleetrepair/test/envtest"
 	"github.com/fleetrepair/fleetrepair/test/karpentersim"
 	"github.com/fleetrepair/fleetrepair/test/pgtest"
@@ -95,11 +94,7 @@ func TestCachedClustersOnRealAPIServer(t *testing.T) {
 	envs := envtest.StartN(t, 2, envtest.Options{})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	st, err := store.Open(ctx, pgtest.DSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := pgtest.Store(t)
 	var names []string
 	for i, env := range envs {
 		sim := karpentersim.New(env.Client, 0)

@@ -50,23 +50,12 @@ func newEnv(t *testing.T, dryRun bool) *env { return newEnvPolicy(t, dryRun, nil
 
 func newEnvPolicy(t *testing.T, dryRun bool, pol *policy.Policy) *env {
 	t.Helper()
-	ctx := context.Background()
-	st, err := store.Open(ctx, pgtest.DSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
-	c := fake.NewClientBuilder().WithScheme(kube.Scheme).WithStatusSubresource(&corev1.Node{}, &karpv1.NodeClaim{}).Build()
-	sim := karpentersim.New(c, 0)
-	if err := sim.CreateNodePool(ctx, "gpu"); err != nil {
-		t.Fatal(err)
-	}
+	st := pgtest.Store(t)
+	var nodes []karpentersim.NodeSpec
 	for _, n := range []string{"node-lost", "node-app", "node-hang"} {
-		if err := sim.CreateNode(ctx, karpentersim.NodeSpec{Name: n, NodePool: "gpu", Zone: "z1", InstanceType: "p4d.24xlarge", GPUs: 8}); err != nil {
-			t.Fatal(err)
-		}
+		nodes = append(nodes, karpentersim.NodeSpec{Name: n, NodePool: "gpu", Zone: "z1", InstanceType: "p4d.24xlarge", GPUs: 8})
 	}
-	k := kube.New("c1", c)
+	k, sim := fakeFleet(t, nodes)
 	eng, err := diagnose.New(diagnose.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -77,6 +66,24 @@ func newEnvPolicy(t *testing.T, dryRun bool, pol *policy.Policy) *env {
 		t.Fatal(err)
 	}
 	return &env{st: st, k: k, sim: sim, rec: rec, clock: clk}
+}
+
+// fakeFleet is cluster c1 on the client fakes: NodePool gpu with nodes,
+// each with its NodeClaim (the simulated Karpenter made them).
+func fakeFleet(t *testing.T, nodes []karpentersim.NodeSpec) (*kube.Cluster, *karpentersim.Sim) {
+	t.Helper()
+	ctx := context.Background()
+	c := fake.NewClientBuilder().WithScheme(kube.Scheme).WithStatusSubresource(&corev1.Node{}, &karpv1.NodeClaim{}).Build()
+	sim := karpentersim.New(c, 0)
+	if err := sim.CreateNodePool(ctx, "gpu"); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes {
+		if err := sim.CreateNode(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return kube.New("c1", c), sim
 }
 
 func (e *env) ingest(t *testing.T, node string, fs ...finding.Finding) {

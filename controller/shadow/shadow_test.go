@@ -32,11 +32,7 @@ type fleet struct {
 
 func newFleet(t *testing.T) *fleet {
 	t.Helper()
-	st, err := store.Open(context.Background(), pgtest.DSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
+	st := pgtest.Store(t)
 	return &fleet{t: t, st: st}
 }
 

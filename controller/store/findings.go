@@ -340,13 +340,19 @@ func (s *Store) FindingsForNode(ctx context.Context, cluster, node string, since
 	if limit <= 0 || limit > MaxFindingsLimit {
 		limit = MaxFindingsLimit
 	}
-	rows, err := s.pool.Query(ctx, sqlFindingsForNode, cluster, node, since, limit)
+	return s.queryFindings(ctx, "findings of "+cluster+"/"+node, sqlFindingsForNode, cluster, node, since, limit)
+}
+
+// queryFindings runs a query returning findingCols rows and scans them;
+// what names the rows in errors.
+func (s *Store) queryFindings(ctx context.Context, what, sql string, args ...any) ([]finding.Finding, error) {
+	rows, err := s.pool.Query(ctx, sql, args...)
 	if err != nil {
-		return nil, errorf(err, "query findings of %s/%s", cluster, node)
+		return nil, errorf(err, "query %s", what)
 	}
 	out, err := pgx.CollectRows(rows, scanFinding)
 	if err != nil {
-		return nil, errorf(err, "read findings of %s/%s", cluster, node)
+		return nil, errorf(err, "read %s", what)
 	}
 	return out, nil
 }
@@ -360,15 +366,7 @@ func (s *Store) FindingsByIDs(ctx context.Context, cluster, node string, ids []s
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	rows, err := s.pool.Query(ctx, sqlFindingsByIDs, cluster, node, ids)
-	if err != nil {
-		return nil, errorf(err, "query findings by id")
-	}
-	out, err := pgx.CollectRows(rows, scanFinding)
-	if err != nil {
-		return nil, errorf(err, "read findings by id")
-	}
-	return out, nil
+	return s.queryFindings(ctx, "findings by id", sqlFindingsByIDs, cluster, node, ids)
 }
 
 func scanFinding(row pgx.CollectableRow) (finding.Finding, error) {

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/fleetrepair/fleetrepair/agent/finding"
-	"github.com/jackc/pgx/v5"
 )
 
 // sqlFindingsForNodeRange pages forward through a node's findings: the
@@ -26,13 +25,5 @@ func (s *Store) FindingsForNodeRange(ctx context.Context, cluster, node string, 
 	if limit <= 0 || limit > MaxFindingsLimit {
 		limit = MaxFindingsLimit
 	}
-	rows, err := s.pool.Query(ctx, sqlFindingsForNodeRange, cluster, node, since, until, limit)
-	if err != nil {
-		return nil, errorf(err, "query findings of %s/%s", cluster, node)
-	}
-	out, err := pgx.CollectRows(rows, scanFinding)
-	if err != nil {
-		return nil, errorf(err, "read findings of %s/%s", cluster, node)
-	}
-	return out, nil
+	return s.queryFindings(ctx, "findings of "+cluster+"/"+node, sqlFindingsForNodeRange, cluster, node, since, until, limit)
 }

@@ -24,11 +24,7 @@ func TestShadow(t *testing.T) { conform(t, replayed) }
 func storedFleet(t *testing.T, c Case) *store.Store {
 	t.Helper()
 	ctx := context.Background()
-	st, err := store.Open(ctx, pgtest.DSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
+	st := pgtest.Store(t)
 	joined := t0.Add(-time.Hour)
 	for _, n := range c.nodes() {
 		if _, err := st.UpsertNodeMeta(ctx, store.Node{Cluster: "c1", Name: n.name, NodePool: n.pool, Zone: n.zone,

@@ -1,7 +1,6 @@
 package kubeapi
 
 import (
-	"context"
 	"io"
 	"log/slog"
 	"os"
@@ -20,7 +19,6 @@ import (
 	"github.com/fleetrepair/fleetrepair/controller/catalog"
 	"github.com/fleetrepair/fleetrepair/controller/diagnose"
 	"github.com/fleetrepair/fleetrepair/controller/repair"
-	"github.com/fleetrepair/fleetrepair/controller/store"
 	"github.com/fleetrepair/fleetrepair/test/envtest"
 	"github.com/fleetrepair/fleetrepair/test/pgtest"
 	"github.com/fleetrepair/fleetrepair/web/api"
@@ -148,12 +146,7 @@ func (d descRecorder) Unregister(prometheus.Collector) bool { return true }
 // uplink register, with the _bucket/_sum/_count series of histograms.
 func exportedMetrics(t *testing.T) map[string]bool {
 	t.Helper()
-	ctx := context.Background()
-	st, err := store.Open(ctx, pgtest.DSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
+	st := pgtest.Store(t)
 	rec := descRecorder{}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if _, err := api.Handler(api.Config{Store: st, Catalog: catalog.Default(), Registerer: rec, Log: log}); err != nil {

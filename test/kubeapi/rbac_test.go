@@ -27,7 +27,6 @@ import (
 	"github.com/fleetrepair/fleetrepair/controller/kube"
 	"github.com/fleetrepair/fleetrepair/controller/ledger"
 	"github.com/fleetrepair/fleetrepair/controller/repair"
-	"github.com/fleetrepair/fleetrepair/controller/store"
 	"github.com/fleetrepair/fleetrepair/test/envtest"
 	"github.com/fleetrepair/fleetrepair/test/karpentersim"
 	"github.com/fleetrepair/fleetrepair/test/pgtest"
@@ -109,11 +108,7 @@ func TestControllerRBAC(t *testing.T) {
 
 func testRepairAsController(t *testing.T, env *envtest.Env, sim *karpentersim.Sim, cfg *rest.Config, ctrl client.Client) {
 	ctx := context.Background()
-	st, err := store.Open(ctx, pgtest.DSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
+	st := pgtest.Store(t)
 	eng, err := diagnose.New(diagnose.Options{})
 	if err != nil {
 		t.Fatal(err)

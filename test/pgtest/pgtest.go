@@ -187,3 +187,15 @@ func WithDatabase(dsn, name string) (string, error) {
 	// keyword/value: a later keyword overrides an earlier one.
 	return strings.TrimSpace(dsn) + " dbname='" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(name) + "'", nil
 }
+
+// Store opens a store on a fresh migrated database (DSN) and closes it when
+// the test ends; it fails the test when the database cannot be opened.
+func Store(t testing.TB) *store.Store {
+	t.Helper()
+	st, err := store.Open(context.Background(), DSN(t))
+	if err != nil {
+		t.Fatalf("open store: %v", err)
+	}
+	t.Cleanup(st.Close)
+	return st
+}

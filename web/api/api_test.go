@@ -31,11 +31,7 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	st, err := store.Open(context.Background(), pgtest.DSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
+	st := pgtest.Store(t)
 	e := &env{st: st}
 	h, err := api.Handler(api.Config{Store: st, Catalog: catalog.Default(), Clusters: []string{"c1"}, Authenticator: auth.StaticToken{Token: "secret"},
 		OnIngest: func(c, n string) { e.triggered = append(e.triggered, c+"/"+n) },

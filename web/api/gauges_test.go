@@ -26,11 +26,7 @@ import (
 // agents reporting or silent, all from the store at scrape time.
 func TestStateGauges(t *testing.T) {
 	ctx := context.Background()
-	st, err := store.Open(ctx, pgtest.DSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
+	st := pgtest.Store(t)
 	now := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
 	reg := prometheus.NewRegistry()
 	if _, err := api.Handler(api.Config{Store: st, Catalog: catalog.Default(), Clusters: []string{"c1", "c2"},

@@ -25,7 +25,6 @@ import (
 	"github.com/fleetrepair/fleetrepair/agent/finding"
 	"github.com/fleetrepair/fleetrepair/controller/auth"
 	"github.com/fleetrepair/fleetrepair/controller/catalog"
-	"github.com/fleetrepair/fleetrepair/controller/store"
 	"github.com/fleetrepair/fleetrepair/test/pgtest"
 	"github.com/fleetrepair/fleetrepair/web/api"
 )
@@ -87,11 +86,7 @@ func tokenReviewServer(t *testing.T, calls *atomic.Int32) *httptest.Server {
 // delay or refuse any real agent, new tokens included, and costs the API
 // server almost nothing.
 func TestBadTokenFloodDoesNotLockOutAgents(t *testing.T) {
-	st, err := store.Open(context.Background(), pgtest.DSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
+	st := pgtest.Store(t)
 	var reviews atomic.Int32
 	kapi := tokenReviewServer(t, &reviews)
 	cs, err := kubernetes.NewForConfig(&rest.Config{Host: kapi.URL, QPS: 5, Burst: 10,
@@ -308,11 +303,7 @@ func TestNULInHeartbeatIsStored(t *testing.T) {
 // not be able to post a report (or approve a repair): no JSON content type,
 // or a cross-site browser request, is refused before anything is read.
 func TestStateChangesAreSameOriginJSON(t *testing.T) {
-	st, err := store.Open(context.Background(), pgtest.DSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
+	st := pgtest.Store(t)
 	h, err := api.Handler(api.Config{Store: st, Catalog: catalog.Default(), Clusters: []string{"c1"},
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
@@ -359,11 +350,7 @@ func TestStateChangesAreSameOriginJSON(t *testing.T) {
 // TestAgentRateLimit: one agent posting faster than Limits.AgentRPS is
 // answered 429 with Retry-After, which the agent honours.
 func TestAgentRateLimit(t *testing.T) {
-	st, err := store.Open(context.Background(), pgtest.DSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
+	st := pgtest.Store(t)
 	h, err := api.Handler(api.Config{Store: st, Catalog: catalog.Default(), Clusters: []string{"c1"}, Limits: api.Limits{AgentRPS: 0.001, AgentBurst: 3},
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
@@ -391,11 +378,7 @@ func TestAgentRateLimit(t *testing.T) {
 // share a source address; the per-source limit of the read routes must not
 // refuse their reports (each agent has its own limit).
 func TestManyAgentsBehindOneSource(t *testing.T) {
-	st, err := store.Open(context.Background(), pgtest.DSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
+	st := pgtest.Store(t)
 	h, err := api.Handler(api.Config{Store: st, Catalog: catalog.Default(), Clusters: []string{"c1"}, Limits: api.Limits{SourceRPS: 5},
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {

@@ -74,11 +74,7 @@ func getShadowAs(srv *httptest.Server, token string, q url.Values) (int, []byte,
 // the controller from 48 to 667 MB).
 func TestShadowNeedsViewer(t *testing.T) {
 	t.Parallel()
-	st, err := store.Open(context.Background(), pgtest.DSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
+	st := pgtest.Store(t)
 	var calls atomic.Int32
 	srv := shadowServer(t, st, func(context.Context, time.Time, time.Time) (any, error) { calls.Add(1); return struct{}{}, nil })
 	q := url.Values{"since": {shadowNow.Add(-time.Hour).Format(time.RFC3339)}}
@@ -97,11 +93,7 @@ func TestShadowNeedsViewer(t *testing.T) {
 // one per operator; the others are answered 429 with Retry-After at once.
 func TestShadowConcurrencyLimit(t *testing.T) {
 	t.Parallel()
-	st, err := store.Open(context.Background(), pgtest.DSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
+	st := pgtest.Store(t)
 	var running, peak atomic.Int32
 	started, unblock := make(chan struct{}, 6), make(chan struct{})
 	srv := shadowServer(t, st, func(context.Context, time.Time, time.Time) (any, error) {
@@ -153,11 +145,7 @@ func TestShadowConcurrencyLimit(t *testing.T) {
 
 func TestShadowRange(t *testing.T) {
 	t.Parallel()
-	st, err := store.Open(context.Background(), pgtest.DSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
+	st := pgtest.Store(t)
 	type call struct{ since, until time.Time }
 	var calls []call
 	srv := shadowServer(t, st, func(_ context.Context, since, until time.Time) (any, error) {
@@ -208,11 +196,7 @@ func TestShadowRange(t *testing.T) {
 
 func TestShadowNotConfigured(t *testing.T) {
 	t.Parallel()
-	st, err := store.Open(context.Background(), pgtest.DSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
+	st := pgtest.Store(t)
 	code, _ := getShadow(t, shadowServer(t, st, nil), url.Values{"since": {shadowNow.Add(-time.Hour).Format(time.RFC3339)}})
 	if code != http.StatusNotImplemented {
 		t.Errorf("without a shadow report: %d, want 501", code)
@@ -223,11 +207,7 @@ func TestShadowNotConfigured(t *testing.T) {
 // empty fleet: the body is a shadow.Report with empty lists, not nulls.
 func TestShadowReport(t *testing.T) {
 	t.Parallel()
-	st, err := store.Open(context.Background(), pgtest.DSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
+	st := pgtest.Store(t)
 	eng, err := diagnose.New(diagnose.Options{})
 	if err != nil {
 		t.Fatal(err)

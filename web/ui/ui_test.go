@@ -24,11 +24,7 @@ import (
 // when dev is set.
 func newPlain(t *testing.T, dev bool) (*httptest.Server, *store.Store) {
 	t.Helper()
-	st, err := store.Open(context.Background(), pgtest.DSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
+	st := pgtest.Store(t)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	svc, err := api.New(api.Config{Store: st, Catalog: catalog.Default(), Clusters: []string{"c1"}, Log: log})
 	if err != nil {
