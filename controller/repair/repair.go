@@ -135,6 +135,7 @@ type Reconciler struct {
 	breakersOpen       prometheus.Gauge
 	timeToReplace      prometheus.Histogram
 	replacementsFailed prometheus.Counter
+	nodeConditions     *prometheus.GaugeVec // fleetrepair_node_conditions (interop.go)
 	reconciles         *prometheus.CounterVec
 	deletions          *prometheus.CounterVec
 	transitions        *prometheus.CounterVec
@@ -208,10 +209,11 @@ func New(cfg Config) (*Reconciler, error) {
 			Help: "Triggers for another replica's clusters not forwarded (queue full or PostgreSQL down); the leader's catch-up pass reconciles them."}),
 		replacementsFailed: prometheus.NewCounter(prometheus.CounterOpts{Name: "fleetrepair_replacements_failed_total",
 			Help: "Replacements not Ready and healthy within the verify timeout."}),
+		nodeConditions: newConditionsGauge(),
 	}
 	var qm workqueue.MetricsProvider
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{r.reconciles, r.deletions, r.transitions, r.breakersOpen, r.timeToReplace, r.replacementsFailed, r.forwardDropped} {
+		for _, c := range []prometheus.Collector{r.reconciles, r.deletions, r.transitions, r.breakersOpen, r.timeToReplace, r.replacementsFailed, r.forwardDropped, r.nodeConditions} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("register repair metrics: %w", err)
 			}
@@ -281,7 +283,8 @@ func (r *Reconciler) ReconcileNode(ctx context.Context, cluster, node string) er
 	}
 	fs = append(fs, conditionFindings(node, n.BootID, info.Conditions)...)
 	fs = append(fs, lifecycleFindings(node, n.BootID, info)...)
-	ds := r.cfg.Engine.Diagnose(diagnose.Input{Cluster: cluster, Node: node, BootID: n.BootID, Findings: fs, Now: now})
+	ds := r.cfg.Engine.Diagnose(diagnose.Input{Cluster: cluster, Node: node, BootID: n.BootID, Findings: fs, Now: now,
+		InstanceType: info.InstanceType, NodeCreated: info.Created})
 	ds = r.applyPolicy(ds, info.NodePool)
 	events, err := r.recordDiagnoses(ctx, k, n.BootID, node, ds, now)
 	if err != nil {

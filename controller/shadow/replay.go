@@ -366,7 +366,8 @@ func (r *replay) diagnose(n *node, now time.Time) {
 	// a few seconds; its decisions may lag by that much, and the report's
 	// notes say so.
 	n.nextDiag = now.Add(r.cfg.Resync * time.Duration(len(fs)/throttleFindings))
-	ds := r.cfg.Engine.Diagnose(diagnose.Input{Cluster: n.cluster, Node: n.name, BootID: n.boot, Findings: fs, Now: now})
+	ds := r.cfg.Engine.Diagnose(diagnose.Input{Cluster: n.cluster, Node: n.name, BootID: n.boot, Findings: fs, Now: now,
+		InstanceType: n.attrs[breaker.KeyInstanceType]})
 	n.diags = r.applyPolicy(ds, n.pool)
 	n.head = diagnose.Headline(n.diags)
 }
