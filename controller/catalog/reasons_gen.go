@@ -125,4 +125,6 @@ const (
 	ReasonGPUThermalOrPowerViolation = "GPUThermalOrPowerViolation"
 	// ReasonNVLinkNotApplicable (event, none, none): An NVLink finding (links inactive, an NVLink health or policy failure) on an instance type whose GPUs have no NVLink wired (per-SKU expectations); a false positive, not a fault.
 	ReasonNVLinkNotApplicable = "NVLinkNotApplicable"
+	// ReasonXidOnSuspectSoftware (event, driver-regression, none): An application-class Xid (13, 31, ...) on a node whose driver, kernel or image cohort breaker is open or remembered - the fleet shows the software, not the workload or the GPU, as the cause (a driver rollout, c10).
+	ReasonXidOnSuspectSoftware = "XidOnSuspectSoftware"
 )

@@ -124,6 +124,12 @@ type Input struct {
 	// NodeCreated is the Node's creation time, for the start-up grace of
 	// other agents' conditions; zero: unknown, no grace.
 	NodeCreated time.Time
+	// SuspectSoftware are the node's driver, kernel and image cohorts
+	// ("driver_version=610.57.04") whose breaker is open or remembered
+	// (breaker.State.SoftwareSuspects): the fleet has found that software
+	// failing. The node's application-class Xids are then attributed to it
+	// (XidOnSuspectSoftware), never to the workload or the GPU (c10).
+	SuspectSoftware []string
 }
 
 // Diagnosis is one incident on one node.
@@ -196,6 +202,13 @@ func (e *Engine) Diagnose(in Input) []Diagnosis {
 		ctx.sku = &t
 	}
 	sigs := e.relate(e.classifyAll(current, ctx))
+	if len(in.SuspectSoftware) > 0 {
+		for i := range sigs {
+			if sigs[i].reason == catalog.ReasonXidApplicationError {
+				sigs[i].reason = catalog.ReasonXidOnSuspectSoftware
+			}
+		}
+	}
 	incidents := e.group(sigs, in.Now)
 
 	hist := e.historyClasses(history, ctx.sku)
@@ -800,6 +813,9 @@ func (e *Engine) toDiagnosis(in Input, inc *incident, hist map[string]map[string
 		d.Urgency = "drain-window"
 	}
 	d.Message = fmt.Sprintf("%s: %s", r.Code, r.Description)
+	if r.Code == catalog.ReasonXidOnSuspectSoftware {
+		d.Message += " Suspect: " + strings.Join(in.SuspectSoftware, ", ") + "."
+	}
 	if why != "" {
 		d.Message += " Escalated to " + string(d.Action) + ": " + why + "."
 	}

@@ -47,7 +47,7 @@ const FabricWindow = time.Second
 // firmware faults keep their own incident.
 func fabricXid(reason string) bool {
 	switch reason {
-	case catalog.ReasonNVLinkError, catalog.ReasonXidApplicationError, catalog.ReasonXidInformational, catalog.ReasonContainedMemoryError,
+	case catalog.ReasonNVLinkError, catalog.ReasonXidApplicationError, catalog.ReasonXidInformational, catalog.ReasonContainedMemoryError, catalog.ReasonXidOnSuspectSoftware,
 		catalog.ReasonXidUnclassified, catalog.ReasonGPURecoveryActionRequired:
 		return true
 	}

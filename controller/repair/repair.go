@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -136,6 +137,10 @@ type Reconciler struct {
 	timeToReplace      prometheus.Histogram
 	replacementsFailed prometheus.Counter
 	nodeConditions     *prometheus.GaugeVec // fleetrepair_node_conditions (interop.go)
+	// lastBreakers is the breaker state this replica last saved (nil
+	// before the first pass): the diagnosis reads the software cohorts it
+	// holds suspect from it, one pass stale at most.
+	lastBreakers atomic.Pointer[breaker.State]
 	reconciles         *prometheus.CounterVec
 	deletions          *prometheus.CounterVec
 	transitions        *prometheus.CounterVec
@@ -283,8 +288,12 @@ func (r *Reconciler) ReconcileNode(ctx context.Context, cluster, node string) er
 	}
 	fs = append(fs, conditionFindings(node, n.BootID, info.Conditions)...)
 	fs = append(fs, lifecycleFindings(node, n.BootID, info)...)
+	var suspects []string
+	if st := r.lastBreakers.Load(); st != nil {
+		suspects = st.SoftwareSuspects(r.breakerNode(cluster, info, n))
+	}
 	ds := r.cfg.Engine.Diagnose(diagnose.Input{Cluster: cluster, Node: node, BootID: n.BootID, Findings: fs, Now: now,
-		InstanceType: info.InstanceType, NodeCreated: info.Created})
+		InstanceType: info.InstanceType, NodeCreated: info.Created, SuspectSoftware: suspects})
 	ds = r.applyPolicy(ds, info.NodePool)
 	events, err := r.recordDiagnoses(ctx, k, n.BootID, node, ds, now)
 	if err != nil {

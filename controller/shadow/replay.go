@@ -367,7 +367,7 @@ func (r *replay) diagnose(n *node, now time.Time) {
 	// notes say so.
 	n.nextDiag = now.Add(r.cfg.Resync * time.Duration(len(fs)/throttleFindings))
 	ds := r.cfg.Engine.Diagnose(diagnose.Input{Cluster: n.cluster, Node: n.name, BootID: n.boot, Findings: fs, Now: now,
-		InstanceType: n.attrs[breaker.KeyInstanceType]})
+		InstanceType: n.attrs[breaker.KeyInstanceType], SuspectSoftware: r.bstate.SoftwareSuspects(n.bnode())})
 	n.diags = r.applyPolicy(ds, n.pool)
 	n.head = diagnose.Headline(n.diags)
 }

@@ -731,7 +731,8 @@ func (r *replay) replace(n *simNode) {
 // diagnose re-runs the real rules on a node whose findings changed.
 func (r *replay) diagnose(n *simNode, now time.Time) {
 	n.dirty = false
-	n.diags = r.eng.Diagnose(diagnose.Input{Node: n.name, BootID: n.bootID(), Findings: n.findings, Now: now, InstanceType: n.attrs["instance_type"]})
+	n.diags = r.eng.Diagnose(diagnose.Input{Node: n.name, BootID: n.bootID(), Findings: n.findings, Now: now,
+		InstanceType: n.attrs[breaker.KeyInstanceType], SuspectSoftware: r.bstate.SoftwareSuspects(breaker.Node{Name: n.name, Attrs: n.attrs})})
 	n.head = diagnose.Headline(n.diags)
 	n.monitorDown = false
 	for _, d := range n.diags {
