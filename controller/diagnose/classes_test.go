@@ -197,3 +197,44 @@ func TestFaultClasses(t *testing.T) {
 		})
 	}
 }
+
+// TestInventoryAgainstInstanceType: the heartbeat's GPU inventory is
+// compared with what the instance type promises; a missing GPU explained by
+// a failed initialisation is that fault's, and an unknown type or an empty
+// inventory decides nothing.
+func TestInventoryAgainstInstanceType(t *testing.T) {
+	t.Parallel()
+	eng, err := diagnose.New(diagnose.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := t0.Add(time.Hour)
+	initFailed := withGPU(fd(finding.DetectorRmInitFailed, "b1", 0, "error_code", "0x24:0x72:1568"), "0000:3b:00.0")
+	for _, tc := range []struct {
+		name, sku string
+		inv       int
+		fs        []finding.Finding
+		want      string
+	}{
+		{"7 of 8 on a p5.48xlarge", "p5.48xlarge", 7, nil, catalog.ReasonGPULost},
+		{"8 of 8 on a p5.48xlarge", "p5.48xlarge", 8, nil, ""},
+		{"1 of 1 on a g5.xlarge", "g5.xlarge", 1, nil, ""},
+		{"empty inventory", "p5.48xlarge", 0, nil, ""},
+		{"unknown type", "onprem-x", 3, nil, ""},
+		{"the missing GPU failed to initialise", "p4d.24xlarge", 7, []finding.Finding{initFailed}, catalog.ReasonGPUInitFailed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ds := eng.Diagnose(diagnose.Input{Node: "n", BootID: "b1", Findings: tc.fs, Now: now, InstanceType: tc.sku, InventoryGPUs: tc.inv})
+			if h := diagnose.Headline(ds); h.Reason != tc.want {
+				t.Fatalf("headline %q, want %q: %+v", h.Reason, tc.want, ds)
+			}
+			if tc.want == catalog.ReasonGPULost {
+				again := eng.Diagnose(diagnose.Input{Node: "n", BootID: "b1", Now: now.Add(time.Hour), InstanceType: tc.sku, InventoryGPUs: tc.inv})
+				if ds[0].FindingIDs[0] != again[0].FindingIDs[0] {
+					t.Errorf("inventory finding ID changed between reconciles: %s, %s", ds[0].FindingIDs[0], again[0].FindingIDs[0])
+				}
+			}
+		})
+	}
+}

@@ -130,6 +130,10 @@ type Input struct {
 	// failing. The node's application-class Xids are then attributed to it
 	// (XidOnSuspectSoftware), never to the workload or the GPU (c10).
 	SuspectSoftware []string
+	// InventoryGPUs is how many GPUs the agent's heartbeat lists (NVML,
+	// else sysfs); 0: unknown. With InstanceType known, fewer than it
+	// promises is a lost GPU (inventoryFinding).
+	InventoryGPUs int
 }
 
 // Diagnosis is one incident on one node.
@@ -200,6 +204,9 @@ func (e *Engine) Diagnose(in Input) []Diagnosis {
 		nodeCreated: in.NodeCreated, now: in.Now}
 	if t, ok := e.instanceTypes[in.InstanceType]; ok {
 		ctx.sku = &t
+	}
+	if f, ok := inventoryFinding(in, ctx.sku, current); ok {
+		current = append(current, f)
 	}
 	sigs := e.relate(e.classifyAll(current, ctx))
 	if len(in.SuspectSoftware) > 0 {

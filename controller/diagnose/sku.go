@@ -203,3 +203,36 @@ func retiredPagesReason(f *finding.Finding) string {
 	}
 	return ""
 }
+
+// inventoryFinding turns the heartbeat's GPU inventory into a gpu-count
+// finding when the instance type is known and the inventory lists fewer
+// GPUs than it promises: "7 of 8 GPUs" from boot on, whatever the agent's
+// --expected-gpus says. No finding when the inventory is empty (NVML not
+// started, the driver not loaded: other rules say why), when the agent
+// already reported a gpu-count finding this boot, or when a GPU failed to
+// initialise or a driver-class fault is on record (the missing GPU is that
+// fault's, diagnosed there).
+func inventoryFinding(in Input, sku *InstanceType, current []finding.Finding) (finding.Finding, bool) {
+	if sku == nil || in.InventoryGPUs <= 0 || in.InventoryGPUs >= sku.GPUs {
+		return finding.Finding{}, false
+	}
+	for _, f := range current {
+		switch f.Detector {
+		case finding.DetectorGPUCount, finding.DetectorRmInitFailed, finding.DetectorGSPFirmwareMissing,
+			finding.DetectorDriverVersionMismatch:
+			return finding.Finding{}, false
+		case finding.DetectorXid:
+			if f.Xid == 143 {
+				return finding.Finding{}, false
+			}
+		}
+	}
+	// Untimed (the inventory is a state, not an event) and so one stable ID
+	// for the same count: every reconcile reads the same finding.
+	f := finding.Finding{Detector: finding.DetectorGPUCount, Node: in.Node, BootID: in.BootID, Count: 1,
+		Attrs: map[string]string{finding.AttrFound: strconv.Itoa(in.InventoryGPUs), finding.AttrExpected: strconv.Itoa(sku.GPUs),
+			finding.AttrMissing: strconv.Itoa(sku.GPUs - in.InventoryGPUs), finding.AttrSource: "heartbeat"},
+		Evidence: []string{fmt.Sprintf("heartbeat inventory: %d of the %d GPUs the instance type %s has", in.InventoryGPUs, sku.GPUs, in.InstanceType)}}
+	f.ID = finding.NewID(f)
+	return f, true
+}

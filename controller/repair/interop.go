@@ -12,6 +12,7 @@ import (
 	"github.com/fleetrepair/fleetrepair/controller/diagnose"
 	"github.com/fleetrepair/fleetrepair/controller/kube"
 	"github.com/fleetrepair/fleetrepair/controller/lifecycle"
+	"github.com/fleetrepair/fleetrepair/controller/store"
 )
 
 // Interop: conditions that other node agents already set (the EKS node
@@ -160,4 +161,14 @@ func setConditions(g *prometheus.GaugeVec, counts map[conditionKey]int) {
 	for k, n := range counts {
 		g.WithLabelValues(k.cluster, k.typ, k.verdict).Set(float64(n))
 	}
+}
+
+// inventoryGPUs is the GPU count of the node's newest heartbeat; 0 when
+// there is none (the diagnosis then has no inventory to compare with the
+// instance type's).
+func inventoryGPUs(n store.Node) int {
+	if n.Heartbeat == nil {
+		return 0
+	}
+	return max(n.Heartbeat.GPUCount, len(n.Heartbeat.GPUs))
 }
