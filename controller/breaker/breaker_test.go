@@ -605,7 +605,7 @@ func TestReplacementFailureRule(t *testing.T) {
 func TestSoftwareSuspects(t *testing.T) {
 	t.Parallel()
 	st := State{
-		Cohorts: map[string]Breaker{"driver_version=610.57.04": {}, "zone=zone-a": {}, "monitoring_image=dcgm:4": {}},
+		Cohorts:    map[string]Breaker{"driver_version=610.57.04": {}, "zone=zone-a": {}, "monitoring_image=dcgm:4": {}},
 		Remembered: map[string]Remembered{"kernel=6.8.0-1": {}, "driver_version=580.1": {}},
 	}
 	node := Node{Name: "c/n1", Attrs: map[string]string{KeyDriverVersion: "610.57.04", KeyZone: "zone-a",

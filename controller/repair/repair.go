@@ -141,9 +141,9 @@ type Reconciler struct {
 	// before the first pass): the diagnosis reads the software cohorts it
 	// holds suspect from it, one pass stale at most.
 	lastBreakers atomic.Pointer[breaker.State]
-	reconciles         *prometheus.CounterVec
-	deletions          *prometheus.CounterVec
-	transitions        *prometheus.CounterVec
+	reconciles   *prometheus.CounterVec
+	deletions    *prometheus.CounterVec
+	transitions  *prometheus.CounterVec
 }
 
 type nodeKey struct{ cluster, node string }
