@@ -137,13 +137,14 @@ type Reconciler struct {
 	timeToReplace      prometheus.Histogram
 	replacementsFailed prometheus.Counter
 	nodeConditions     *prometheus.GaugeVec // fleetrepair_node_conditions (interop.go)
+	reconciles         *prometheus.CounterVec
+	deletions          *prometheus.CounterVec
+	transitions        *prometheus.CounterVec
+
 	// lastBreakers is the breaker state this replica last saved (nil
 	// before the first pass): the diagnosis reads the software cohorts it
 	// holds suspect from it, one pass stale at most.
 	lastBreakers atomic.Pointer[breaker.State]
-	reconciles   *prometheus.CounterVec
-	deletions    *prometheus.CounterVec
-	transitions  *prometheus.CounterVec
 }
 
 type nodeKey struct{ cluster, node string }
