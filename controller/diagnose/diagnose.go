@@ -418,7 +418,7 @@ func (e *Engine) classify(f *finding.Finding, ctx classifyContext) (signal, bool
 		switch {
 		case f.Xid != 0:
 			s.reason = xidReason(f.Xid)
-		case f.Attr(finding.AttrSystem) == "nvlink" && nvlinkGated(ctx.sku):
+		case strings.Contains(strings.ToLower(f.Attr(finding.AttrSystem)), "nvlink") && nvlinkGated(ctx.sku):
 			s.reason = catalog.ReasonNVLinkNotApplicable
 		case f.Attr("fatal") == "true":
 			s.reason = catalog.ReasonVendorAcceleratedHardwareNotReady
@@ -861,6 +861,12 @@ func describe(f finding.Finding) string {
 	}
 	if f.DevicePCI != "" {
 		s += " via " + f.DevicePCI
+	}
+	if f.Detector == finding.DetectorNodeCondition {
+		s += " " + f.Attr("type") + "=" + f.Attr("status")
+		if r := f.Attr("reason"); r != "" {
+			s += " (" + r + ")"
+		}
 	}
 	if f.Count > 1 {
 		s += " x" + strconv.Itoa(f.Count)
