@@ -238,3 +238,33 @@ func TestInventoryAgainstInstanceType(t *testing.T) {
 		})
 	}
 }
+
+// TestDCGMIndexJoinsKernelGPU: DCGM names a GPU by its NVML index; with the
+// heartbeat's inventory the policy violation lands on that GPU's PCI
+// address and joins the kernel's incident there (one incident, not two).
+func TestDCGMIndexJoinsKernelGPU(t *testing.T) {
+	t.Parallel()
+	eng, err := diagnose.New(diagnose.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const pci = "0000:9c:00.0"
+	fs := []finding.Finding{fx("b1", 0, 48, pci), fd(finding.DetectorDCGMPolicy, "b1", time.Second, "condition", "Double-bit ECC error", "gpu_index", "3")}
+	inv := []finding.GPU{{Index: 2, PCI: "0000:8a:00.0"}, {Index: 3, PCI: pci}}
+	count := func(ds []diagnose.Diagnosis) int {
+		n := 0
+		for _, d := range ds {
+			if d.Severity == catalog.SeverityCondition {
+				n++
+			}
+		}
+		return n
+	}
+	ds := eng.Diagnose(diagnose.Input{Node: "n", BootID: "b1", Findings: fs, Now: t0.Add(time.Hour), Inventory: inv})
+	if n := count(ds); n != 1 || len(ds[0].GPUs) != 1 || ds[0].GPUs[0] != pci || len(ds[0].FindingIDs) != 2 {
+		t.Fatalf("with the inventory: %d conditions, %+v; want one incident on %s with both findings", n, ds, pci)
+	}
+	if n := count(eng.Diagnose(diagnose.Input{Node: "n", BootID: "b1", Findings: fs, Now: t0.Add(time.Hour)})); n != 2 {
+		t.Errorf("without the inventory the index cannot be placed: %d conditions, want 2", n)
+	}
+}

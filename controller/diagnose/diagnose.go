@@ -134,6 +134,10 @@ type Input struct {
 	// else sysfs); 0: unknown. With InstanceType known, fewer than it
 	// promises is a lost GPU (inventoryFinding).
 	InventoryGPUs int
+	// Inventory is the heartbeat's GPU list (NVML index and PCI address):
+	// findings that name a GPU by its NVML index only (DCGM's) are placed
+	// on its PCI address, so they join the kernel's findings of that GPU.
+	Inventory []finding.GPU
 }
 
 // Diagnosis is one incident on one node.
@@ -201,7 +205,7 @@ type incident struct {
 func (e *Engine) Diagnose(in Input) []Diagnosis {
 	current, history := splitBoots(in)
 	ctx := classifyContext{driverChanged: driverChanged(current, history) || manyGPUsFailInit(current),
-		nodeCreated: in.NodeCreated, now: in.Now}
+		nodeCreated: in.NodeCreated, now: in.Now, pciByIndex: pciByIndex(in.Inventory)}
 	if t, ok := e.instanceTypes[in.InstanceType]; ok {
 		ctx.sku = &t
 	}
@@ -277,6 +281,35 @@ type classifyContext struct {
 	sku *InstanceType
 	// nodeCreated and now time other agents' conditions (ReadCondition).
 	nodeCreated, now time.Time
+	// pciByIndex maps NVML device indexes to PCI addresses (Inventory).
+	pciByIndex map[string]string
+}
+
+// pciByIndex maps the inventory's NVML indexes to PCI addresses.
+func pciByIndex(inv []finding.GPU) map[string]string {
+	if len(inv) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(inv))
+	for _, g := range inv {
+		if g.Index >= 0 && g.PCI != "" {
+			out[strconv.Itoa(g.Index)] = g.PCI
+		}
+	}
+	return out
+}
+
+// indexedGPU is the GPU of a finding that names it by NVML index only: its
+// PCI address from the inventory, else "index:N" (one GPU, unplaced).
+func indexedGPU(f *finding.Finding, ctx classifyContext) string {
+	i := f.Attr(finding.AttrGPUIndex)
+	if i == "" {
+		return ""
+	}
+	if pci := ctx.pciByIndex[i]; pci != "" {
+		return pci
+	}
+	return "index:" + i
 }
 
 // classify maps one finding to zero or one signal.
@@ -397,8 +430,8 @@ func (e *Engine) classify(f *finding.Finding, ctx classifyContext) (signal, bool
 		}
 		s.nodeLevel = s.reason == catalog.ReasonNVLinkError
 		s.attachable = s.reason == catalog.ReasonContainedMemoryError || s.reason == catalog.ReasonXidApplicationError
-		if s.gpu == "" && f.Attr(finding.AttrGPUIndex) != "" {
-			s.gpu = "index:" + f.Attr(finding.AttrGPUIndex) // DCGM names GPUs by index
+		if s.gpu == "" {
+			s.gpu = indexedGPU(f, ctx) // DCGM names GPUs by index
 		}
 	case finding.DetectorNVMLError:
 		s.reason = catalog.ReasonGPULost // "GPU is lost", "Unknown Error": the handle is gone (c11, c12)
@@ -414,6 +447,9 @@ func (e *Engine) classify(f *finding.Finding, ctx classifyContext) (signal, bool
 			s.reason = catalog.ReasonDevicePluginWithheldGPU
 		}
 	case finding.DetectorDCGMHealth:
+		if s.gpu == "" {
+			s.gpu = indexedGPU(f, ctx)
+		}
 		s.reason = catalog.ReasonDCGMHealthWarning
 		switch {
 		case f.Xid != 0:
@@ -431,8 +467,8 @@ func (e *Engine) classify(f *finding.Finding, ctx classifyContext) (signal, bool
 		if f.Attr("faulty_memory_elements") != "" || strings.Contains(strings.ToLower(f.Attr("test")), "memory") {
 			s.reason = catalog.ReasonGPUMemoryDiagnosticFailed
 		}
-		if s.gpu == "" && f.Attr(finding.AttrGPUIndex) != "" {
-			s.gpu = "index:" + f.Attr(finding.AttrGPUIndex) // until the agent maps indexes to PCI addresses
+		if s.gpu == "" {
+			s.gpu = indexedGPU(f, ctx)
 		}
 	case finding.DetectorDCGMMetric:
 		if f.Attr("stale") == "true" {

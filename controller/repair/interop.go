@@ -172,3 +172,11 @@ func inventoryGPUs(n store.Node) int {
 	}
 	return max(n.Heartbeat.GPUCount, len(n.Heartbeat.GPUs))
 }
+
+// inventory is the GPU list of the node's newest heartbeat; nil when none.
+func inventory(n store.Node) []finding.GPU {
+	if n.Heartbeat == nil {
+		return nil
+	}
+	return n.Heartbeat.GPUs
+}

@@ -306,7 +306,7 @@ func (r *Reconciler) ReconcileNode(ctx context.Context, cluster, node string) er
 		suspects = st.SoftwareSuspects(r.breakerNode(cluster, info, n))
 	}
 	ds := r.cfg.Engine.Diagnose(diagnose.Input{Cluster: cluster, Node: node, BootID: n.BootID, Findings: fs, Now: now,
-		InstanceType: info.InstanceType, NodeCreated: info.Created, SuspectSoftware: suspects, InventoryGPUs: inventoryGPUs(n)})
+		InstanceType: info.InstanceType, NodeCreated: info.Created, SuspectSoftware: suspects, InventoryGPUs: inventoryGPUs(n), Inventory: inventory(n)})
 	ds = r.applyPolicy(ds, info.NodePool)
 	events, err := r.recordDiagnoses(ctx, k, n.BootID, node, ds, now)
 	if err != nil {
