@@ -19,12 +19,11 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/fleetrepair/fleetrepair/controller/auth"
-	"github.com/fleetrepair/fleetrepair/controller/breaker"
 	"github.com/fleetrepair/fleetrepair/controller/catalog"
 	"github.com/fleetrepair/fleetrepair/controller/certs"
+	"github.com/fleetrepair/fleetrepair/controller/config"
 	"github.com/fleetrepair/fleetrepair/controller/diagnose"
 	"github.com/fleetrepair/fleetrepair/controller/kube"
-	"github.com/fleetrepair/fleetrepair/controller/policy"
 	"github.com/fleetrepair/fleetrepair/controller/repair"
 	"github.com/fleetrepair/fleetrepair/controller/shadow"
 	"github.com/fleetrepair/fleetrepair/controller/store"
@@ -41,28 +40,15 @@ type Options struct {
 	Listen string
 	// Clusters maps cluster names to their Kubernetes access.
 	Clusters map[string]*kube.Cluster
-	// DryRun records decisions and deletes no NodeClaim.
-	DryRun bool
-	// Toleration overrides every reason's toleration when > 0.
-	Toleration time.Duration
-	// Resync is the reconciler's period over open repairs (default 10s).
-	Resync time.Duration
-	// Workers is the number of nodes reconciled at once (default 4; see
-	// repair.Config.Workers).
-	Workers int
-	// PolicyFile holds per-reason and per-NodePool overrides (empty: none).
-	PolicyFile string
-	// Breaker configures the cohort breakers; nil means the defaults
-	// (DisableBreakers turns them off, for tests of other parts only).
-	Breaker         *breaker.Config
-	DisableBreakers bool
+	// Config is the controller configuration (controller/config: breakers
+	// with their label cohorts, deletion budgets, repair timings, policy
+	// overrides); nil means config.Default(). The reconciler and the shadow
+	// report receive this one value (repair.ConfigFrom, shadow.FromConfig),
+	// and its budgets are applied to every cluster at start.
+	Config *config.Config
 	// Crash is the reconciler's fault injection (tests only; see
 	// repair.Config.Crash).
 	Crash func(point string) bool
-	// Budgets, when set, are applied to every cluster at start (else the
-	// stored values stay: defaults 10 deletions/h per cluster, 5/h and 1 in
-	// flight per NodePool).
-	Budgets *Budgets
 	// Operators authenticates humans for approvals (nil: none can approve).
 	Operators *auth.Operators
 	// LeaderElection, when set, runs per-cluster leader election; the
@@ -94,13 +80,6 @@ type Options struct {
 	Log *slog.Logger
 }
 
-// Budgets are the deletion budgets of every cluster (docs/design.md, decision 7).
-type Budgets struct {
-	DeletionsPerHour         int // per cluster, sliding hour
-	NodePoolDeletionsPerHour int // per NodePool, sliding hour
-	MaxInFlightPerNodePool   int // deletions in progress at once per NodePool
-}
-
 // Controller is a started controller.
 type Controller struct {
 	// URL is the API's base URL, e.g. http://127.0.0.1:8080 (https:// with
@@ -112,6 +91,8 @@ type Controller struct {
 	opts Options
 	rec  *repair.Reconciler
 	srv  *http.Server
+	// dryRun is the configuration's repair.dryRun, for the start log.
+	dryRun bool
 }
 
 // Start opens the database (migrating it when asked), builds the reconciler
@@ -135,16 +116,22 @@ func Start(ctx context.Context, o Options) (*Controller, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start controller: %w", err)
 	}
-	if b := o.Budgets; b != nil {
-		for name := range o.Clusters {
-			if _, err := st.SetClusterBudget(ctx, name, b.DeletionsPerHour, b.MaxInFlightPerNodePool, o.Now()); err != nil {
-				st.Close()
-				return nil, fmt.Errorf("start controller: %w", err)
-			}
-			if err := st.SetNodePoolBudget(ctx, name, b.NodePoolDeletionsPerHour, o.Now()); err != nil {
-				st.Close()
-				return nil, fmt.Errorf("start controller: %w", err)
-			}
+	cfg := config.Default()
+	if o.Config != nil {
+		cfg = *o.Config
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("start controller: %w", err)
+	}
+	b := cfg.Budgets
+	for name := range o.Clusters {
+		if _, err := st.SetClusterBudget(ctx, name, b.DeletionsPerHour, b.MaxInFlightPerNodePool, o.Now()); err != nil {
+			st.Close()
+			return nil, fmt.Errorf("start controller: %w", err)
+		}
+		if err := st.SetNodePoolBudget(ctx, name, b.NodePoolDeletionsPerHour, o.Now()); err != nil {
+			st.Close()
+			return nil, fmt.Errorf("start controller: %w", err)
 		}
 	}
 	reg := prometheus.NewRegistry()
@@ -155,26 +142,13 @@ func Start(ctx context.Context, o Options) (*Controller, error) {
 		st.Close()
 		return nil, err
 	}
-	var pol *policy.Policy
-	if o.PolicyFile != "" {
-		if pol, err = policy.Load(o.PolicyFile, cat); err != nil {
-			st.Close()
-			return nil, fmt.Errorf("start controller: %w", err)
-		}
+	rc, err := repair.ConfigFrom(cfg)
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("start controller: %w", err)
 	}
-	var bp *breaker.Policy
-	if !o.DisableBreakers {
-		bc := breaker.Config{}
-		if o.Breaker != nil {
-			bc = *o.Breaker
-		}
-		if bp, err = breaker.NewPolicy(bc); err != nil {
-			st.Close()
-			return nil, fmt.Errorf("start controller: %w", err)
-		}
-	}
-	rec, err := repair.New(repair.Config{Store: st, Engine: eng, Clusters: o.Clusters, DryRun: o.DryRun, Breaker: bp,
-		Toleration: o.Toleration, Policy: pol, Crash: o.Crash, Resync: o.Resync, Workers: o.Workers, Now: o.Now, Log: o.Log, Registerer: reg})
+	rc.Store, rc.Engine, rc.Clusters, rc.Crash, rc.Now, rc.Log, rc.Registerer = st, eng, o.Clusters, o.Crash, o.Now, o.Log, reg
+	rec, err := repair.New(rc)
 	if err != nil {
 		st.Close()
 		return nil, err
@@ -184,9 +158,15 @@ func Start(ctx context.Context, o Options) (*Controller, error) {
 		names = append(names, n)
 	}
 	sort.Strings(names)
+	sc, err := shadow.FromConfig(cfg)
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("start controller: %w", err)
+	}
+	sc.Store, sc.Engine, sc.Clusters = st, eng, names
 	svc, err := api.New(api.Config{Store: st, Catalog: cat, Clusters: names, Authenticator: o.Authenticator,
 		OnIngest: rec.Trigger, ClusterStates: clusterStates(rec), Operators: o.Operators, Gatherer: reg, Registerer: reg, Now: o.Now, Log: o.Log, Limits: o.Limits,
-		Shadow: shadow.Config{Store: st, Engine: eng, Policy: pol, Breaker: bp, Toleration: o.Toleration, Clusters: names, Resync: o.Resync}.ReportFunc()})
+		Shadow: sc.ReportFunc()})
 	if err != nil {
 		st.Close()
 		return nil, err
@@ -215,7 +195,7 @@ func Start(ctx context.Context, o Options) (*Controller, error) {
 		return nil, fmt.Errorf("start controller: listen on %s: %w", o.Listen, err)
 	}
 	return &Controller{URL: scheme + "://" + ln.Addr().String(), Store: st, ln: ln, opts: o, rec: rec,
-		srv: api.NewServer(h, sopts)}, nil
+		srv: api.NewServer(h, sopts), dryRun: cfg.Repair.DryRun}, nil
 }
 
 // Run serves the API and runs the reconciler until ctx ends, then shuts the
@@ -249,7 +229,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		defer cancel()
 		return c.srv.Shutdown(sctx)
 	})
-	c.opts.Log.Info("controller running", "url", c.URL, "dry_run", c.opts.DryRun, "clusters", len(c.opts.Clusters))
+	c.opts.Log.Info("controller running", "url", c.URL, "dry_run", c.dryRun, "clusters", len(c.opts.Clusters))
 	return g.Wait()
 }
 
