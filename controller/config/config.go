@@ -79,7 +79,8 @@ type Breaker struct {
 	// Window is the sliding window failing nodes are counted in.
 	Window time.Duration `yaml:"window" json:"window"`
 	// CoolDown closes an open breaker after this long without a new failure
-	// of a member; at least Window.
+	// of a member; at least Window. 0 (the default): 15m, or Window when
+	// that is longer.
 	CoolDown time.Duration `yaml:"coolDown" json:"coolDown"`
 	// MinFailing is the fewest failing nodes a cohort trips with (>= 2).
 	MinFailing int `yaml:"minFailing" json:"minFailing"`
@@ -149,11 +150,17 @@ type Repair struct {
 // The defaults of the repair ledger, in one place: controller/repair,
 // controller/shadow and controller/simulate fill a zero field with these.
 const (
-	DefaultResync        = 10 * time.Second
-	DefaultLookback      = 7 * 24 * time.Hour
-	DefaultApprovalTTL   = 24 * time.Hour
-	DefaultDrainPerPass  = 1
-	DefaultWorkers       = 4
+	DefaultResync       = 10 * time.Second
+	DefaultLookback     = 7 * 24 * time.Hour
+	DefaultApprovalTTL  = 24 * time.Hour
+	DefaultDrainPerPass = 1
+	DefaultWorkers      = 4
+	// DefaultDeletingFor is how long the replays (controller/shadow,
+	// controller/simulate) count a deletion in flight against
+	// budgets.maxInFlightPerNodePool: the ledger's deleting state lasts
+	// until the NodeClaim is gone (drain and termination), which a replay
+	// does not observe. It is a model assumption, not a controller setting.
+	DefaultDeletingFor   = 5 * time.Minute
 	minMaxBreakerAge     = 30 * time.Second
 	maxBreakerAgeRatio   = 3
 	defaultDeletionsHour = 10
@@ -167,7 +174,6 @@ func Default() Config {
 		Breaker: Breaker{
 			Enabled:             true,
 			Window:              breaker.DefaultWindow,
-			CoolDown:            breaker.DefaultCoolDown,
 			MinFailing:          breaker.DefaultMinFailing,
 			Alpha:               breaker.DefaultAlpha,
 			MinRateRatio:        breaker.DefaultMinRateRatio,

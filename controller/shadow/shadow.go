@@ -57,7 +57,7 @@ const (
 	// max_in_flight_per_nodepool: the ledger's deleting state lasts until the
 	// NodeClaim is gone (drain and termination), which the store does not
 	// record for repairs that never ran.
-	DefaultDeletingFor = 5 * time.Minute
+	DefaultDeletingFor = config.DefaultDeletingFor
 	// DefaultRepeatWindow is diagnose.Options.RepeatWindow's default: the
 	// only window over which a diagnosis changes with time alone, so a node
 	// is re-diagnosed when one of its findings leaves it.
