@@ -88,7 +88,7 @@ type Case struct {
 	// the stored node's for the shadow, a change step at 0s in the simulator.
 	Labels map[string]map[string]string
 	Inject []Inject
-	End         time.Duration
+	End    time.Duration
 	// Want is the outcome of each named node; every other node must end
 	// None.
 	Want map[string]Outcome
@@ -328,7 +328,7 @@ var Cases = []Case{
 		Config: "budgets: {maxInFlightPerNodePool: 10, nodePoolDeletionsPerHour: 10}",
 		Inject: []Inject{{At: time.Minute, Nodes: nodeNames("n", 1, 6), Findings: []map[string]any{gpuLost}}},
 		End:    15 * time.Minute,
-		Want: map[string]Outcome{"n1": Deleted, "n2": Deleted, "n3": Deleted, "n4": Deleted, "n5": Deleted, "n6": Deleted},
+		Want:   map[string]Outcome{"n1": Deleted, "n2": Deleted, "n3": Deleted, "n4": Deleted, "n5": Deleted, "n6": Deleted},
 	},
 }
 
