@@ -155,3 +155,30 @@ func TestExample(t *testing.T) {
 		t.Errorf("example sets no label cohort or no policy: %+v", c)
 	}
 }
+
+// TestDocsListEveryKey: docs/config.md has a row (or section) for every key
+// of the file, so a new setting cannot ship undocumented.
+func TestDocsListEveryKey(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile("../../docs/config.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var walk func(prefix string, typ reflect.Type)
+	walk = func(prefix string, typ reflect.Type) {
+		for i := range typ.NumField() {
+			f := typ.Field(i)
+			key, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+			if key == "" || key == "-" {
+				continue
+			}
+			if !strings.Contains(string(doc), "`"+key+"`") {
+				t.Errorf("docs/config.md does not document %s%s", prefix, key)
+			}
+			if f.Type.Kind() == reflect.Struct && f.Type.PkgPath() == typ.PkgPath() {
+				walk(prefix+key+".", f.Type)
+			}
+		}
+	}
+	walk("", reflect.TypeOf(config.Config{}))
+}
