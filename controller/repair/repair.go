@@ -27,6 +27,7 @@ import (
 
 	"github.com/fleetrepair/fleetrepair/controller/breaker"
 	"github.com/fleetrepair/fleetrepair/controller/catalog"
+	"github.com/fleetrepair/fleetrepair/controller/config"
 	"github.com/fleetrepair/fleetrepair/controller/decide"
 	"github.com/fleetrepair/fleetrepair/controller/diagnose"
 	"github.com/fleetrepair/fleetrepair/controller/kube"
@@ -161,13 +162,13 @@ func New(cfg Config) (*Reconciler, error) {
 		return nil, errors.New("new reconciler: Store and Engine are required")
 	}
 	if cfg.Lookback == 0 {
-		cfg.Lookback = 7 * 24 * time.Hour
+		cfg.Lookback = config.DefaultLookback
 	}
 	if cfg.Resync == 0 {
-		cfg.Resync = 10 * time.Second
+		cfg.Resync = config.DefaultResync
 	}
 	if cfg.Workers == 0 {
-		cfg.Workers = 4
+		cfg.Workers = config.DefaultWorkers
 	}
 	if cfg.RetryBase == 0 {
 		cfg.RetryBase = 500 * time.Millisecond
@@ -188,13 +189,13 @@ func New(cfg Config) (*Reconciler, error) {
 		return nil, errors.New("new reconciler: Workers, RetryBase, ReconcileTimeout and ProbeTimeout must not be negative, RetryMax not below RetryBase")
 	}
 	if cfg.MaxBreakerAge == 0 {
-		cfg.MaxBreakerAge = max(3*cfg.Resync, 30*time.Second)
+		cfg.MaxBreakerAge = config.MaxBreakerAgeOf(cfg.Resync)
 	}
 	if cfg.DrainPerPass == 0 {
-		cfg.DrainPerPass = 1
+		cfg.DrainPerPass = config.DefaultDrainPerPass
 	}
 	if cfg.ApprovalTTL == 0 {
-		cfg.ApprovalTTL = 24 * time.Hour
+		cfg.ApprovalTTL = config.DefaultApprovalTTL
 	}
 	if cfg.Resync < 0 || cfg.Toleration < 0 || cfg.Lookback < 0 || cfg.MaxBreakerAge < 0 {
 		return nil, errors.New("new reconciler: Resync, Toleration, Lookback and MaxBreakerAge must not be negative")
@@ -278,7 +279,7 @@ func (r *Reconciler) ReconcileNode(ctx context.Context, cluster, node string) er
 		return fmt.Errorf("reconcile %s/%s: %w", cluster, node, err)
 	}
 	if _, err := r.cfg.Store.UpsertNodeMeta(ctx, store.Node{Cluster: cluster, Name: node, NodePool: info.NodePool,
-		Zone: info.Zone, InstanceType: info.InstanceType, NodeClaim: info.NodeClaim}, now); err != nil {
+		Zone: info.Zone, InstanceType: info.InstanceType, NodeClaim: info.NodeClaim, Labels: r.cohortLabels(info)}, now); err != nil {
 		return fmt.Errorf("reconcile %s/%s: %w", cluster, node, err)
 	}
 	n, err := r.cfg.Store.GetNode(ctx, cluster, node)

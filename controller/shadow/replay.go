@@ -11,6 +11,7 @@ import (
 	"github.com/fleetrepair/fleetrepair/agent/finding"
 	"github.com/fleetrepair/fleetrepair/controller/breaker"
 	"github.com/fleetrepair/fleetrepair/controller/catalog"
+	"github.com/fleetrepair/fleetrepair/controller/config"
 	"github.com/fleetrepair/fleetrepair/controller/decide"
 	"github.com/fleetrepair/fleetrepair/controller/diagnose"
 	"github.com/fleetrepair/fleetrepair/controller/ledger"
@@ -18,9 +19,13 @@ import (
 	"github.com/fleetrepair/fleetrepair/controller/store"
 )
 
-// schemaBudget is the clusters table's default budgets, for a cluster
+// schemaBudget is the clusters table's default budgets (migrations 00001
+// and 00004, the controller configuration's defaults), for a cluster
 // without a row (nodes always have one: the store creates it on ingest).
-var schemaBudget = Budget{DeletionsPerHour: 10, MaxInFlightPerNodePool: 1, NodePoolDeletionsPerHour: DefaultNodePoolDeletionsPerHour}
+var schemaBudget = func() Budget {
+	d := config.Default().Budgets
+	return Budget{DeletionsPerHour: d.DeletionsPerHour, MaxInFlightPerNodePool: d.MaxInFlightPerNodePool, NodePoolDeletionsPerHour: d.NodePoolDeletionsPerHour}
+}()
 
 // node is one stored node during the replay. Its key, "cluster/node", is
 // the breaker's node name, as in controller/repair.
@@ -52,11 +57,20 @@ type node struct {
 	gone bool
 }
 
-func newNode(sn store.Node) *node {
+// newNode is a stored node in the replay, with the cohort attributes the
+// live controller gives it (controller/repair breakerNode): its Kubernetes
+// facts, the agent's versions and the configured label cohorts (labels,
+// from the labels the store kept for it).
+func newNode(sn store.Node, labels []string) *node {
 	attrs := map[string]string{
 		breaker.KeyCluster: sn.Cluster, breaker.KeyNodePool: sn.NodePool, breaker.KeyZone: sn.Zone,
 		breaker.KeyInstanceType: sn.InstanceType, breaker.KeyKernel: sn.KernelVersion,
 		breaker.KeyDriverVersion: sn.DriverVersion,
+	}
+	for _, l := range labels {
+		if v := sn.Labels[l]; v != "" {
+			attrs[l] = v
+		}
 	}
 	inv := 0
 	var gpus []finding.GPU
@@ -584,7 +598,7 @@ func (r *replay) guards(n *node, now time.Time, humanApproved bool) decide.Guard
 	inFlight := len(pruneBefore(r.inFlight, pool, now.Add(-r.cfg.DeletingFor)))
 	g := decide.Guards{
 		Budget: decide.Budget{DeletionsPerHour: b.DeletionsPerHour, MaxInFlightPerNodePool: b.MaxInFlightPerNodePool,
-			NodePoolDeletionsPerHour: r.nodePoolPerHour(), MinHealthy: r.cfg.Policy.MinHealthy(n.pool)},
+			NodePoolDeletionsPerHour: b.NodePoolDeletionsPerHour, MinHealthy: r.cfg.Policy.MinHealthy(n.pool)},
 		Counts: decide.Counts{Cluster: n.cluster, NodePool: n.pool,
 			DeletionsLastHour:         len(pruneBefore(r.deletedAt, n.cluster, now.Add(-time.Hour))),
 			InFlight:                  inFlight,
@@ -613,11 +627,13 @@ func pruneBefore(m map[string][]time.Time, k string, cut time.Time) []time.Time 
 	return ts
 }
 
-func (r *replay) nodePoolPerHour() int {
+// nodePoolPerHour is the per-NodePool hourly budget of a cluster whose
+// stored budget is stored: Config.NodePoolDeletionsPerHour when set.
+func (r *replay) nodePoolPerHour(stored int) int {
 	if r.cfg.NodePoolDeletionsPerHour > 0 {
 		return r.cfg.NodePoolDeletionsPerHour
 	}
-	return DefaultNodePoolDeletionsPerHour
+	return stored
 }
 
 // delay records, once per repair, that a budget delayed it.
