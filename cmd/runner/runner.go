@@ -23,6 +23,7 @@ import (
 	"github.com/fleetrepair/fleetrepair/controller/catalog"
 	"github.com/fleetrepair/fleetrepair/controller/certs"
 	"github.com/fleetrepair/fleetrepair/controller/diagnose"
+	"github.com/fleetrepair/fleetrepair/controller/feed"
 	"github.com/fleetrepair/fleetrepair/controller/kube"
 	"github.com/fleetrepair/fleetrepair/controller/policy"
 	"github.com/fleetrepair/fleetrepair/controller/repair"
@@ -111,6 +112,7 @@ type Controller struct {
 	ln   net.Listener
 	opts Options
 	rec  *repair.Reconciler
+	feed *feed.Hub
 	srv  *http.Server
 }
 
@@ -184,8 +186,13 @@ func Start(ctx context.Context, o Options) (*Controller, error) {
 		names = append(names, n)
 	}
 	sort.Strings(names)
+	hub, err := feed.New(feed.Config{Source: st, Now: o.Now, Log: o.Log})
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
 	svc, err := api.New(api.Config{Store: st, Catalog: cat, Clusters: names, Authenticator: o.Authenticator,
-		OnIngest: rec.Trigger, ClusterStates: clusterStates(rec), Operators: o.Operators, Gatherer: reg, Registerer: reg, Now: o.Now, Log: o.Log, Limits: o.Limits,
+		Feed: hub, Login: o.OIDC != nil || o.DevLogin, OnIngest: rec.Trigger, ClusterStates: clusterStates(rec), Operators: o.Operators, Gatherer: reg, Registerer: reg, Now: o.Now, Log: o.Log, Limits: o.Limits,
 		Shadow: shadow.Config{Store: st, Engine: eng, Policy: pol, Breaker: bp, Toleration: o.Toleration, Clusters: names, Resync: o.Resync}.ReportFunc()})
 	if err != nil {
 		st.Close()
@@ -214,7 +221,7 @@ func Start(ctx context.Context, o Options) (*Controller, error) {
 		st.Close()
 		return nil, fmt.Errorf("start controller: listen on %s: %w", o.Listen, err)
 	}
-	return &Controller{URL: scheme + "://" + ln.Addr().String(), Store: st, ln: ln, opts: o, rec: rec,
+	return &Controller{URL: scheme + "://" + ln.Addr().String(), Store: st, ln: ln, opts: o, rec: rec, feed: hub,
 		srv: api.NewServer(h, sopts)}, nil
 }
 
@@ -231,6 +238,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		}
 	}
 	g.Go(func() error { return c.rec.Run(ctx) })
+	g.Go(func() error { return c.feed.Run(ctx) })
 	g.Go(func() error { c.maintainFindings(ctx); return nil })
 	g.Go(func() error { return sweepSessions(ctx, c.Store, c.opts.Now, c.opts.Log) })
 	g.Go(func() error {
