@@ -367,6 +367,7 @@ func (h *Hub) deliver(b store.EventBatch) (held bool) {
 func (h *Hub) closeAll() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.ready = false
 	for s := range h.subs {
 		h.remove(s)
 	}
