@@ -373,6 +373,15 @@ func (h *Hub) closeAll() {
 	}
 }
 
+// Position returns the id of the last event the Hub fanned out (a page
+// rendered now continues after it: GET /api/v1/events?after=ID), and
+// whether Run has started.
+func (h *Hub) Position() (int64, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.cursor, h.ready
+}
+
 // Subscribers returns the number of open streams.
 func (h *Hub) Subscribers() int {
 	h.mu.Lock()

@@ -39,6 +39,17 @@ type ResetEvent struct {
 	Position int64  `json:"position"`
 }
 
+// LivePosition returns the live feed's position, the id of its newest
+// event (a page rendered now opens GET /api/v1/events?after=ID, so nothing
+// between its render and its stream is missed), and false when the
+// controller has no feed or it has not started.
+func (sv *Service) LivePosition() (int64, bool) {
+	if sv.s.cfg.Feed == nil {
+		return 0, false
+	}
+	return sv.s.cfg.Feed.Position()
+}
+
 // events serves GET /api/v1/events: a Server-Sent Events stream of the
 // live feed (controller/feed), one SSE event per row of the events table:
 // `id:` is the event id, `event:` its type (repair, diagnosis, breaker,

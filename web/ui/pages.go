@@ -160,7 +160,8 @@ func (d *dashboard) repair(w http.ResponseWriter, r *http.Request) {
 	}
 	data := repairStory(rd, d.cfg.API.Catalog())
 	self := fmt.Sprintf("/repairs/%d", id)
-	d.render(w, r, http.StatusOK, "repair", data, d.live(fmt.Sprintf("Repair %d", id), self, "/api/v1"+self))
+	d.render(w, r, http.StatusOK, "repair", data, d.live(fmt.Sprintf("Repair %d", id), self, "/api/v1"+self),
+		about(id, rd.Repair.Cluster, rd.Repair.Node))
 }
 
 func (d *dashboard) node(w http.ResponseWriter, r *http.Request) {
@@ -171,7 +172,7 @@ func (d *dashboard) node(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	self := "/nodes/" + url.PathEscape(c) + "/" + url.PathEscape(n)
-	d.render(w, r, http.StatusOK, "node", nodeStory(nd), d.live("Node "+n, self, "/api/v1"+self))
+	d.render(w, r, http.StatusOK, "node", nodeStory(nd), d.live("Node "+n, self, "/api/v1"+self), about(0, c, n))
 }
 
 func (d *dashboard) breakers(w http.ResponseWriter, r *http.Request) {
