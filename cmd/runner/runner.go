@@ -186,6 +186,8 @@ func Start(ctx context.Context, o Options) (*Controller, error) {
 		names = append(names, n)
 	}
 	sort.Strings(names)
+	shc := shadow.Config{Store: st, Engine: eng, Policy: pol, Breaker: bp, Toleration: o.Toleration, Clusters: names, Resync: o.Resync}
+	maxRange, maxFindings, lookback := shc.Limits()
 	hub, err := feed.New(feed.Config{Source: st, Now: o.Now, Log: o.Log})
 	if err != nil {
 		st.Close()
@@ -193,7 +195,7 @@ func Start(ctx context.Context, o Options) (*Controller, error) {
 	}
 	svc, err := api.New(api.Config{Store: st, Catalog: cat, Clusters: names, Authenticator: o.Authenticator,
 		Feed: hub, Login: o.OIDC != nil || o.DevLogin, OnIngest: rec.Trigger, ClusterStates: clusterStates(rec), Operators: o.Operators, Gatherer: reg, Registerer: reg, Now: o.Now, Log: o.Log, Limits: o.Limits,
-		Shadow: shadow.Config{Store: st, Engine: eng, Policy: pol, Breaker: bp, Toleration: o.Toleration, Clusters: names, Resync: o.Resync}.ReportFunc()})
+		Shadow: shc.ReportFunc(), ShadowLimits: api.ShadowLimits{MaxRangeSeconds: maxRange.Seconds(), MaxFindings: maxFindings, LookbackSeconds: lookback.Seconds()}})
 	if err != nil {
 		st.Close()
 		return nil, err

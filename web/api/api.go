@@ -90,6 +90,10 @@ type Config struct {
 	// error wrapping store.ErrInvalid is a bad range (400). Nil: the route
 	// answers 501.
 	Shadow func(ctx context.Context, since, until time.Time) (any, error)
+	// ShadowLimits are the report's own cost limits (range, findings,
+	// lookback), shown with it (Service.ShadowLimits); the concurrency
+	// fields are filled from Limits.
+	ShadowLimits ShadowLimits
 	// Limits bounds what one caller can make the controller do (per-source,
 	// per-agent and token verification rates, shadow reports at once,
 	// security_audit rows per minute); zero fields take the defaults.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/fleetrepair/fleetrepair/controller/auth"
 	"github.com/fleetrepair/fleetrepair/controller/breaker"
+	"github.com/fleetrepair/fleetrepair/controller/shadow"
 	"github.com/fleetrepair/fleetrepair/web/api"
 )
 
@@ -37,8 +38,8 @@ type page struct {
 	Events                string
 	LiveRepair            int64
 	LiveCluster, LiveNode string
-	Now       time.Time
-	Data      any
+	Now                   time.Time
+	Data                  any
 }
 
 // Can reports whether the logged-in human has at least role.
@@ -76,6 +77,9 @@ func (d *dashboard) funcs() template.FuncMap {
 			return *t
 		},
 		"explain": api.ExplainBreaker,
+		"explainTrip": func(tr shadow.Trip) string {
+			return api.ExplainBreaker(breaker.Breaker{Scope: breaker.Scope(tr.Scope), Cohort: tr.Cohort, Evidence: tr.Evidence})
+		},
 		"sum": func(xs []int) int {
 			n := 0
 			for _, x := range xs {

@@ -107,6 +107,7 @@ func Handler(cfg Config) (http.Handler, error) {
 		r.Post("/breakers/kill-switch", d.killSwitch)
 		r.Get("/reasons", d.reasons)
 		r.Get("/history", d.history)
+		r.Get("/shadow", d.shadowPage)
 	})
 	r.NotFound(cfg.APIHandler.ServeHTTP)
 	r.MethodNotAllowed(cfg.APIHandler.ServeHTTP)
