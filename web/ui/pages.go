@@ -245,7 +245,7 @@ func (d *dashboard) history(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d.render(w, r, http.StatusOK, "history", historyData{Stats: st, JSON: template.JS(b)}, func(p *page) {
-		p.Title, p.JSON = "History", "/api/v1/stats?days=30"
+		p.Title, p.JSON = "Charts", "/api/v1/stats?days=30"
 	})
 }
 

@@ -24,8 +24,12 @@
       series.push(s);
       cols.push(r.perDay);
     });
+    // Half a day of margin each side, so the first and last day's bars
+    // are whole; counts are whole numbers.
     new uPlot({ width: Math.max(el.clientWidth, 320), height: 240, series: series,
-      axes: [{}, { label: unit }], scales: { x: { time: true }, y: { range: function (u, lo, hi) { return [0, Math.max(hi, 1)]; } } } }, cols, el);
+      axes: [{}, { label: unit, incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000] }],
+      scales: { x: { time: true, range: function (u, lo, hi) { return [lo - 43200, hi + 43200]; } },
+        y: { range: function (u, lo, hi) { return [0, Math.max(hi, 1)]; } } } }, cols, el);
   }
 
   draw("chart-repairs", st.reasons, function (r) { return r.reason; }, "repairs", "No repairs in the range.", false);
