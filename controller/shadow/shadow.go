@@ -163,7 +163,7 @@ func RangeTime(s string, now time.Time) (time.Time, error) {
 		d, err = time.Duration(n)*24*time.Hour, nerr
 	}
 	if err != nil || d < 0 {
-		return time.Time{}, fmt.Errorf("parse range bound %q: want an RFC 3339 time (2026-11-23T12:00:00Z) or a duration before now (168h, 7d): %w", s, store.ErrInvalid)
+		return time.Time{}, fmt.Errorf("%q: want an RFC 3339 time (2026-11-23T12:00:00Z) or a duration before now (168h, 7d): %w", s, store.ErrInvalid)
 	}
 	return now.Add(-d), nil
 }
