@@ -276,7 +276,7 @@ func (s *server) authenticateAgent(w http.ResponseWriter, r *http.Request, rep *
 			return false
 		}
 	}
-	if !s.clusters[rep.Cluster] {
+	if !s.serves(rep.Cluster) {
 		s.reports.WithLabelValues("invalid").Inc()
 		writeError(w, http.StatusForbidden, "unknown cluster", fmt.Sprintf("cluster %q is not served by this controller", rep.Cluster), nil)
 		return false
@@ -395,4 +395,13 @@ func (s *server) acquireShadow(caller string) (release func(), err error) {
 func (s *server) busy(limit, detail string, wait time.Duration) *Problem {
 	s.guards.limited.WithLabelValues(limit).Inc()
 	return &Problem{Status: http.StatusTooManyRequests, Message: "too many requests", Detail: detail, RetryAfter: wait}
+}
+
+// serves reports whether cluster is served now (Config.Serves, else the
+// static Config.Clusters).
+func (s *server) serves(cluster string) bool {
+	if s.cfg.Serves != nil {
+		return s.cfg.Serves(cluster)
+	}
+	return s.clusters[cluster]
 }
