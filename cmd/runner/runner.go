@@ -186,7 +186,7 @@ func Start(ctx context.Context, o Options) (*Controller, error) {
 	}
 	shadowCfg := shadow.Config{Store: st, Engine: eng, Policy: pol, Breaker: bp, Toleration: o.Toleration, Resync: o.Resync}
 	maxRange, maxFindings, lookback := shadowCfg.Limits()
-	hub, err := feed.New(feed.Config{Source: st, Now: o.Now, Log: o.Log})
+	hub, err := feed.New(feed.Config{Source: st, Registerer: reg, Now: o.Now, Log: o.Log})
 	if err != nil {
 		st.Close()
 		return nil, err

@@ -29,6 +29,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/fleetrepair/fleetrepair/controller/store"
 )
 
@@ -75,14 +77,21 @@ type Config struct {
 	Retention time.Duration
 	// MaxSubscribers bounds the streams of this replica at once.
 	MaxSubscribers int
-	Now            func() time.Time
-	Log            *slog.Logger
+	// Registerer receives the feed's metrics (optional):
+	// fleetrepair_live_streams (open streams) and
+	// fleetrepair_live_streams_dropped_total (streams dropped for falling
+	// Buffer events behind).
+	Registerer prometheus.Registerer
+	Now        func() time.Time
+	Log        *slog.Logger
 }
 
 // Hub fans events out to subscribers; create it with New, run it with Run.
 type Hub struct {
-	cfg  Config
-	wake chan struct{}
+	cfg     Config
+	wake    chan struct{}
+	streams prometheus.Gauge
+	dropped prometheus.Counter
 
 	mu     sync.Mutex
 	cursor int64 // every id <= cursor was delivered or skipped
@@ -128,7 +137,19 @@ func New(cfg Config) (*Hub, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	return &Hub{cfg: cfg, wake: make(chan struct{}, 1), subs: map[*Subscription]struct{}{}}, nil
+	h := &Hub{cfg: cfg, wake: make(chan struct{}, 1), subs: map[*Subscription]struct{}{},
+		streams: prometheus.NewGauge(prometheus.GaugeOpts{Name: "fleetrepair_live_streams", Help: "Live event streams (GET /api/v1/events) open on this replica."}),
+		dropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "fleetrepair_live_streams_dropped_total",
+			Help: "Live event streams dropped because the client fell behind (it reconnects and replays)."}),
+	}
+	if cfg.Registerer != nil {
+		for _, c := range []prometheus.Collector{h.streams, h.dropped} {
+			if err := cfg.Registerer.Register(c); err != nil {
+				return nil, fmt.Errorf("register feed metrics: %w", err)
+			}
+		}
+	}
+	return h, nil
 }
 
 // Subscription is one live stream. Replay holds the events after the
@@ -170,6 +191,7 @@ func (h *Hub) remove(s *Subscription) {
 		return
 	}
 	delete(h.subs, s)
+	h.streams.Dec()
 	s.once.Do(func() { close(s.c) })
 }
 
@@ -190,6 +212,7 @@ func (h *Hub) Subscribe(ctx context.Context, lastID int64, resume bool) (*Subscr
 		return nil, ErrTooMany
 	}
 	h.subs[s] = struct{}{}
+	h.streams.Inc()
 	s.Position = h.cursor
 	h.mu.Unlock()
 	if !resume || lastID >= s.Position {
@@ -357,6 +380,7 @@ func (h *Hub) deliver(b store.EventBatch) (held bool) {
 			case s.c <- e:
 			default:
 				s.dropped.Store(true)
+				h.dropped.Inc()
 				h.remove(s)
 			}
 		}

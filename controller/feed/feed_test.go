@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fleetrepair/fleetrepair/controller/feed"
 	"github.com/fleetrepair/fleetrepair/controller/store"
@@ -64,6 +65,26 @@ func start(t *testing.T, cfg feed.Config) *feed.Hub {
 	}
 }
 
+// gauge reads the value of a gauge or counter without labels.
+func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.Metric) == 1 {
+			m := mf.Metric[0]
+			if m.Gauge != nil {
+				return m.Gauge.GetValue()
+			}
+			return m.Counter.GetValue()
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
+}
+
 // next waits (generously) for the subscription's next event.
 func next(t *testing.T, s *feed.Subscription) store.Event {
 	t.Helper()
@@ -97,7 +118,8 @@ func TestHubFansOutAcrossReplicasAndResumes(t *testing.T) {
 	}
 	defer stB.Close()
 	hubA := start(t, feed.Config{Source: stA, Poll: time.Hour}) // notifications alone
-	hubB := start(t, feed.Config{Source: stB, Poll: time.Hour, Replay: 3, Buffer: 2})
+	reg := prometheus.NewRegistry()
+	hubB := start(t, feed.Config{Source: stB, Poll: time.Hour, Replay: 3, Buffer: 2, Registerer: reg})
 
 	onB, err := hubB.Subscribe(context.Background(), 0, false)
 	if err != nil {
@@ -140,6 +162,12 @@ func TestHubFansOutAcrossReplicasAndResumes(t *testing.T) {
 	}
 	if hubB.Subscribers() != 1 {
 		t.Errorf("hub B has %d subscribers, want 1 after the drop", hubB.Subscribers())
+	}
+	if v := gauge(t, reg, "fleetrepair_live_streams_dropped_total"); v != 1 {
+		t.Errorf("fleetrepair_live_streams_dropped_total = %v, want 1", v)
+	}
+	if v := gauge(t, reg, "fleetrepair_live_streams"); v != 1 {
+		t.Errorf("fleetrepair_live_streams = %v, want 1", v)
 	}
 
 	// Resume from first: the 4 after it are more than Replay (3): reset.
