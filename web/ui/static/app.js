@@ -62,10 +62,20 @@
   }
   function connect() {
     var live = document.getElementById("live");
+    if (es && (!live || !live.dataset.events)) {
+      // Left the live pages (logged out, an error page): stop following.
+      es.close(); es = null;
+      return;
+    }
     if (es || !live || !live.dataset.events || typeof EventSource === "undefined") return;
-    es = new EventSource(live.dataset.events);
+    var mine = es = new EventSource(live.dataset.events);
     es.onopen = function () { status("live", "stream-on"); };
-    es.onerror = function () { status("reconnecting", "stream-off"); };
+    es.onerror = function () {
+      if (mine.readyState !== EventSource.CLOSED) { status("reconnecting", "stream-off"); return; }
+      // Refused (the login ended): the next page opens a new stream.
+      status("offline", "stream-off");
+      if (es === mine) es = null;
+    };
     ["repair", "diagnosis", "breaker", "node"].forEach(function (type) {
       es.addEventListener(type, function (m) {
         var l = document.getElementById("live");
