@@ -64,7 +64,9 @@ func newReplica(t *testing.T, dsn string, ops *auth.Operators) *replica {
 // replica B show, without a reload, an approval an approver made through
 // replica A's API: the decision reaches B through PostgreSQL
 // (LISTEN/NOTIFY and the events table), B's stream, and the page's
-// EventSource. The stream itself refuses a browser that is not logged in.
+// EventSource; a stream dropped by B resumes with Last-Event-ID and
+// replays the approval made meanwhile. The stream itself refuses a browser
+// that is not logged in.
 func TestLiveAcrossReplicas(t *testing.T) {
 	dsn := pgtest.DSN(t)
 	ops, err := auth.NewOperators([]auth.Operator{{Name: "otto", Role: auth.RoleApprover, TokenSHA256: auth.TokenHash("approver-token")}})
@@ -75,7 +77,7 @@ func TestLiveAcrossReplicas(t *testing.T) {
 	ctx := context.Background()
 	now := time.Now().UTC()
 	var held []int64
-	for _, n := range []string{"gpu-1", "gpu-2"} {
+	for _, n := range []string{"gpu-1", "gpu-2", "gpu-3"} {
 		if _, err := a.st.UpsertNodeMeta(ctx, store.Node{Cluster: "c1", Name: n, NodePool: "gpu", Zone: "us-east-1c", NodeClaim: "nc-" + n}, now); err != nil {
 			t.Fatal(err)
 		}
@@ -149,4 +151,13 @@ func TestLiveAcrossReplicas(t *testing.T) {
 	streaming()
 	at = approve(held[1], "second one")
 	waitLive("approvals page", fmt.Sprintf(`!document.querySelector('tr.held[data-repair="%d"]')`, held[1]), at)
+
+	// Replica B drops the page's stream; the approval made meanwhile on A
+	// reaches the page when EventSource reconnects with its Last-Event-ID
+	// (the replay), not by a re-read of its own (30 s away).
+	do(t, bctx, chromedp.WaitVisible(fmt.Sprintf(`tr.held[data-repair="%d"]`, held[2])))
+	streaming()
+	b.srv.CloseClientConnections()
+	at = approve(held[2], "while the stream was down")
+	waitLive("approvals page after a reconnect", fmt.Sprintf(`!document.querySelector('tr.held[data-repair="%d"]')`, held[2]), at)
 }
