@@ -37,18 +37,22 @@
     return false;
   }
 
-  var timer = null, stale = false;
-  // refresh re-reads the page once, soon (events come in bursts).
+  var timer = null, stale = false, last = 0;
+  // refresh re-reads the page once, soon: 100 ms after the first event of
+  // a burst, and at most twice a second while events keep coming (a storm
+  // of changes costs each open page two re-reads a second, not one each).
   function refresh() {
     if (timer) return;
+    var wait = Math.max(100, 500 - (Date.now() - last));
     timer = setTimeout(function () {
       timer = null;
+      last = Date.now();
       var live = document.getElementById("live");
       if (!live || !live.getAttribute("hx-get") || typeof htmx === "undefined") return;
       if (busy(live)) { stale = true; return; }
       stale = false;
       htmx.trigger(live, "fr:event");
-    }, 100);
+    }, wait);
   }
   // A re-read skipped while busy happens once the form is left.
   document.addEventListener("focusout", function () { if (stale) setTimeout(refresh, 0); });
