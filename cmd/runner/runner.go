@@ -155,17 +155,17 @@ func Start(ctx context.Context, o Options) (*Controller, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	cat := catalog.Default()
-	eng, err := diagnose.New(diagnose.Options{Catalog: cat})
-	if err != nil {
-		st.Close()
-		return nil, err
-	}
 	var pol *policy.Policy
 	if o.PolicyFile != "" {
 		if pol, err = policy.Load(o.PolicyFile, cat); err != nil {
 			st.Close()
 			return nil, fmt.Errorf("start controller: %w", err)
 		}
+	}
+	eng, err := diagnose.New(diagnose.Options{Catalog: cat, InstanceTypes: pol.InstanceTypeOverrides()})
+	if err != nil {
+		st.Close()
+		return nil, err
 	}
 	var bp *breaker.Policy
 	if !o.DisableBreakers {

@@ -412,6 +412,34 @@ func (s State) OpenCohorts() []string {
 	return out
 }
 
+// gpuSoftwareKeys are the cohort keys of the software a GPU workload runs
+// on: the driver, the kernel and the node image (not the monitoring image,
+// which cannot make a CUDA context fault).
+var gpuSoftwareKeys = map[string]bool{KeyDriverVersion: true, KeyKernel: true, KeyImage: true}
+
+// SoftwareSuspects returns the driver, kernel and image cohorts ("key=value",
+// sorted) that node belongs to and whose breaker is open or remembered (it
+// tripped, cooled down, and the version is still installed): the fleet's
+// verdict that this software, not the node, is failing. The diagnosis
+// attributes a node's application-class Xids to it (case c10).
+func (s State) SoftwareSuspects(node Node) []string {
+	var out []string
+	add := func(name string) {
+		c, err := ParseCohort(name)
+		if err == nil && gpuSoftwareKeys[c.Key] && node.Attrs[c.Key] == c.Value && !slices.Contains(out, name) {
+			out = append(out, name)
+		}
+	}
+	for name := range s.Cohorts {
+		add(name)
+	}
+	for name := range s.Remembered {
+		add(name)
+	}
+	sort.Strings(out)
+	return out
+}
+
 // Tripped reports whether anything holds repairs: an open cohort breaker,
 // the ceiling or the kill switch.
 func (s State) Tripped() bool { return len(s.Cohorts) > 0 || s.Ceiling != nil || s.KillSwitch.On }

@@ -12,6 +12,9 @@
 //	    minHealthy: 2                              # never below 2 healthy nodes
 //	    reasons:
 //	      GPULost: {toleration: 0s}
+//	instanceTypes:                                 # per-SKU expectations (diagnose.DefaultInstanceTypes)
+//	  p5.48xlarge: {gpus: 8, nvlinks: 18, nvswitch: true}
+//	  my-onprem-a100x4: {gpus: 4, nvlinks: 12}
 //
 // Precedence, most specific first: nodePools.<pool>.reasons.<code>,
 // nodePools.<pool> (toleration only), reasons.<code>, the catalog.
@@ -66,6 +69,20 @@ func (p *Policy) MinHealthy(nodePool string) int {
 type Policy struct {
 	Reasons   map[string]Override `yaml:"reasons"`
 	NodePools map[string]NodePool `yaml:"nodePools"`
+	// InstanceTypes override or extend the diagnosis's per-instance-type
+	// expectations (GPU count, NVLinks wired per GPU, NVSwitch), by
+	// instance type (node.kubernetes.io/instance-type); an entry replaces
+	// the default one whole.
+	InstanceTypes map[string]diagnose.InstanceType `yaml:"instanceTypes"`
+}
+
+// InstanceTypeOverrides returns the policy's instance types for
+// diagnose.Options.InstanceTypes; nil for a nil policy.
+func (p *Policy) InstanceTypeOverrides() map[string]diagnose.InstanceType {
+	if p == nil {
+		return nil
+	}
+	return p.InstanceTypes
 }
 
 // Duration is a time.Duration written as a Go duration string.
@@ -118,6 +135,11 @@ func Parse(data []byte, c *catalog.Catalog) (*Policy, error) {
 	for code, o := range p.Reasons {
 		if err := check(c, code, o); err != nil {
 			return nil, fmt.Errorf("line %d: reasons.%s: %w", line("reasons", code), code, err)
+		}
+	}
+	for name, it := range p.InstanceTypes {
+		if err := it.Validate(); err != nil {
+			return nil, fmt.Errorf("line %d: instanceTypes.%s: %w", line("instanceTypes", name), name, err)
 		}
 	}
 	for pool, np := range p.NodePools {

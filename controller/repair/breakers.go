@@ -186,6 +186,7 @@ func (r *Reconciler) evaluateBreakers(ctx context.Context, fleet map[string][]ku
 				"cause", d.Cause, "halt_rollout", d.HaltRollout, "message", d.Message)
 		}
 		r.breakersOpen.Set(float64(len(st.Cohorts)))
+		r.lastBreakers.Store(&st)
 		return nil
 	}
 	return errors.New("evaluate breakers: state kept changing")

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -141,9 +142,15 @@ type Reconciler struct {
 	breakersOpen       prometheus.Gauge
 	timeToReplace      prometheus.Histogram
 	replacementsFailed prometheus.Counter
+	nodeConditions     *prometheus.GaugeVec // fleetrepair_node_conditions (interop.go)
 	reconciles         *prometheus.CounterVec
 	deletions          *prometheus.CounterVec
 	transitions        *prometheus.CounterVec
+
+	// lastBreakers is the breaker state this replica last saved (nil
+	// before the first pass): the diagnosis reads the software cohorts it
+	// holds suspect from it, one pass stale at most.
+	lastBreakers atomic.Pointer[breaker.State]
 }
 
 type nodeKey struct{ cluster, node string }
@@ -214,10 +221,11 @@ func New(cfg Config) (*Reconciler, error) {
 			Help: "Triggers for another replica's clusters not forwarded (queue full or PostgreSQL down); the leader's catch-up pass reconciles them."}),
 		replacementsFailed: prometheus.NewCounter(prometheus.CounterOpts{Name: "fleetrepair_replacements_failed_total",
 			Help: "Replacements not Ready and healthy within the verify timeout."}),
+		nodeConditions: newConditionsGauge(),
 	}
 	var qm workqueue.MetricsProvider
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{r.reconciles, r.deletions, r.transitions, r.breakersOpen, r.timeToReplace, r.replacementsFailed, r.forwardDropped} {
+		for _, c := range []prometheus.Collector{r.reconciles, r.deletions, r.transitions, r.breakersOpen, r.timeToReplace, r.replacementsFailed, r.forwardDropped, r.nodeConditions} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("register repair metrics: %w", err)
 			}
@@ -293,7 +301,12 @@ func (r *Reconciler) ReconcileNode(ctx context.Context, cluster, node string) er
 	}
 	fs = append(fs, conditionFindings(node, n.BootID, info.Conditions)...)
 	fs = append(fs, lifecycleFindings(node, n.BootID, info)...)
-	ds := r.cfg.Engine.Diagnose(diagnose.Input{Cluster: cluster, Node: node, BootID: n.BootID, Findings: fs, Now: now})
+	var suspects []string
+	if st := r.lastBreakers.Load(); st != nil {
+		suspects = st.SoftwareSuspects(r.breakerNode(cluster, info, n))
+	}
+	ds := r.cfg.Engine.Diagnose(diagnose.Input{Cluster: cluster, Node: node, BootID: n.BootID, Findings: fs, Now: now,
+		InstanceType: info.InstanceType, NodeCreated: info.Created, SuspectSoftware: suspects, InventoryGPUs: inventoryGPUs(n), Inventory: inventory(n)})
 	ds = r.applyPolicy(ds, info.NodePool)
 	events, err := r.recordDiagnoses(ctx, k, n.BootID, node, ds, now)
 	if err != nil {

@@ -29,6 +29,8 @@ type node struct {
 	pool               string
 	hasNodeClaim       bool
 	attrs              map[string]string
+	inventory          int           // GPUs in the newest heartbeat (diagnose.Input.InventoryGPUs)
+	gpus               []finding.GPU // the newest heartbeat's GPU list (diagnose.Input.Inventory)
 	joinAt             time.Time
 	joined             bool
 
@@ -56,8 +58,13 @@ func newNode(sn store.Node) *node {
 		breaker.KeyInstanceType: sn.InstanceType, breaker.KeyKernel: sn.KernelVersion,
 		breaker.KeyDriverVersion: sn.DriverVersion,
 	}
+	inv := 0
+	var gpus []finding.GPU
+	if sn.Heartbeat != nil {
+		inv, gpus = max(sn.Heartbeat.GPUCount, len(sn.Heartbeat.GPUs)), sn.Heartbeat.GPUs
+	}
 	return &node{cluster: sn.Cluster, name: sn.Name, key: sn.Cluster + "/" + sn.Name, pool: sn.NodePool,
-		hasNodeClaim: sn.NodeClaim != "", attrs: attrs, joinAt: sn.CreatedAt, head: diagnose.Headline(nil)}
+		hasNodeClaim: sn.NodeClaim != "", attrs: attrs, inventory: inv, gpus: gpus, joinAt: sn.CreatedAt, head: diagnose.Headline(nil)}
 }
 
 func (n *node) bnode() breaker.Node { return breaker.Node{Name: n.key, Attrs: n.attrs} }
@@ -366,7 +373,8 @@ func (r *replay) diagnose(n *node, now time.Time) {
 	// a few seconds; its decisions may lag by that much, and the report's
 	// notes say so.
 	n.nextDiag = now.Add(r.cfg.Resync * time.Duration(len(fs)/throttleFindings))
-	ds := r.cfg.Engine.Diagnose(diagnose.Input{Cluster: n.cluster, Node: n.name, BootID: n.boot, Findings: fs, Now: now})
+	ds := r.cfg.Engine.Diagnose(diagnose.Input{Cluster: n.cluster, Node: n.name, BootID: n.boot, Findings: fs, Now: now,
+		InstanceType: n.attrs[breaker.KeyInstanceType], SuspectSoftware: r.bstate.SoftwareSuspects(n.bnode()), InventoryGPUs: n.inventory, Inventory: n.gpus})
 	n.diags = r.applyPolicy(ds, n.pool)
 	n.head = diagnose.Headline(n.diags)
 }

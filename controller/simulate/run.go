@@ -50,14 +50,6 @@ const (
 	incidentGap                 = 30 * time.Minute // separates incidents on one GPU (checkpoint incidents_on_gpu)
 )
 
-// readinessConditions are vendor condition types that are healthy when
-// True; every other type is problem-style (bad when True). It mirrors the
-// polarity rule of controller/diagnose, which the baselines need to see a
-// vendor condition the way Karpenter does: any bad condition, whatever its
-// reason.
-var readinessConditions = map[string]bool{"Ready": true, "AcceleratedHardwareReady": true, "KernelReady": true,
-	"ContainerRuntimeReady": true, "StorageReady": true, "NetworkingReady": true}
-
 // Options configures Run.
 type Options struct {
 	// Engine is the diagnosis engine; nil means the default catalog.
@@ -739,7 +731,8 @@ func (r *replay) replace(n *simNode) {
 // diagnose re-runs the real rules on a node whose findings changed.
 func (r *replay) diagnose(n *simNode, now time.Time) {
 	n.dirty = false
-	n.diags = r.eng.Diagnose(diagnose.Input{Node: n.name, BootID: n.bootID(), Findings: n.findings, Now: now})
+	n.diags = r.eng.Diagnose(diagnose.Input{Node: n.name, BootID: n.bootID(), Findings: n.findings, Now: now,
+		InstanceType: n.attrs[breaker.KeyInstanceType], SuspectSoftware: r.bstate.SoftwareSuspects(breaker.Node{Name: n.name, Attrs: n.attrs})})
 	n.head = diagnose.Headline(n.diags)
 	n.monitorDown = false
 	for _, d := range n.diags {
@@ -757,7 +750,7 @@ func (r *replay) diagnose(n *simNode, now time.Time) {
 	n.vendorBad = false
 	for typ, f := range latest {
 		st := f.Attr("status")
-		if readinessConditions[typ] && st == "False" || !readinessConditions[typ] && st == "True" {
+		if diagnose.ConditionBad(typ, st) { // polarity alone, as Karpenter's NodeRepair sees it
 			n.vendorBad = true
 		}
 	}
