@@ -248,7 +248,9 @@ func runDemo(ctx context.Context, o demoOptions, out io.Writer) error {
 	goRun("watch breakers", func() error { return watchBreakers(ctx, ctrl.Store, p) })
 
 	p("agents started; %s", storyLine())
-	p("try:  curl -s %s/api/v1/repairs | jq   or   ./bin/fleetrepair repairs list --server %s", ctrl.URL, ctrl.URL)
+	p("try:  curl -s -H 'Authorization: Bearer %s' %s/api/v1/repairs | jq   or   FLEETREPAIR_TOKEN=%s ./bin/fleetrepair repairs list --server %s",
+		demoOperatorToken, ctrl.URL, demoOperatorToken, ctrl.URL)
+	p("live: curl -N -H 'Authorization: Bearer %s' %s/api/v1/events", demoOperatorToken, ctrl.URL)
 	p("on-call (DEMO MODE local login):  ./bin/fleetrepair approve ID --reason '...' --token %s --server %s", demoOperatorToken, ctrl.URL)
 
 	var result error

@@ -22,6 +22,7 @@ import (
 	"github.com/fleetrepair/fleetrepair/controller/certs"
 	"github.com/fleetrepair/fleetrepair/controller/config"
 	"github.com/fleetrepair/fleetrepair/controller/diagnose"
+	"github.com/fleetrepair/fleetrepair/controller/feed"
 	"github.com/fleetrepair/fleetrepair/controller/kube"
 	"github.com/fleetrepair/fleetrepair/controller/remote"
 	"github.com/fleetrepair/fleetrepair/controller/repair"
@@ -93,6 +94,7 @@ type Controller struct {
 	ln   net.Listener
 	opts Options
 	rec  *repair.Reconciler
+	feed *feed.Hub
 	srv  *http.Server
 	reg  *prometheus.Registry
 	// cfg is the controller configuration (Options.Config or the
@@ -163,13 +165,21 @@ func Start(ctx context.Context, o Options) (*Controller, error) {
 		return nil, fmt.Errorf("start controller: %w", err)
 	}
 	shadowCfg.Store, shadowCfg.Engine = st, eng
+	maxRange, maxFindings, lookback := shadowCfg.Limits()
+	hub, err := feed.New(feed.Config{Source: st, Registerer: reg, Now: o.Now, Log: o.Log})
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
 	svc, err := api.New(api.Config{Store: st, Catalog: cat, Serves: rec.Serves, Authenticator: o.Authenticator,
+		Feed: hub, Login: o.OIDC != nil || o.DevLogin,
 		OnIngest: rec.Trigger, ClusterStates: clusterStates(rec), Operators: o.Operators, Gatherer: reg, Registerer: reg, Now: o.Now, Log: o.Log, Limits: o.Limits,
 		Shadow: func(ctx context.Context, since, until time.Time) (any, error) {
 			c := shadowCfg
 			c.Clusters = rec.ClusterNames() // the clusters served now
 			return c.ReportFunc()(ctx, since, until)
-		}})
+		},
+		ShadowLimits: api.ShadowLimits{MaxRangeSeconds: maxRange.Seconds(), MaxFindings: maxFindings, LookbackSeconds: lookback.Seconds()}})
 	if err != nil {
 		st.Close()
 		return nil, err
@@ -197,7 +207,7 @@ func Start(ctx context.Context, o Options) (*Controller, error) {
 		st.Close()
 		return nil, fmt.Errorf("start controller: listen on %s: %w", o.Listen, err)
 	}
-	return &Controller{URL: scheme + "://" + ln.Addr().String(), Store: st, ln: ln, opts: o, rec: rec,
+	return &Controller{URL: scheme + "://" + ln.Addr().String(), Store: st, ln: ln, opts: o, rec: rec, feed: hub,
 		srv: api.NewServer(h, sopts), reg: reg, cfg: cfg}, nil
 }
 
@@ -214,6 +224,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		}
 	}
 	g.Go(func() error { return c.rec.Run(ctx) })
+	g.Go(func() error { return c.feed.Run(ctx) })
 	if cs := c.opts.ClusterSecrets; cs != nil {
 		w := &remote.Watcher{Client: cs.Client, Namespace: cs.Namespace, Log: c.opts.Log, Registerer: c.reg,
 			Handler:  &remoteClusters{c: c, ctx: ctx, elections: map[string]context.CancelFunc{}},

@@ -32,6 +32,8 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -153,6 +155,32 @@ func FromConfig(c config.Config) (Config, error) {
 	}
 	return Config{Policy: c.ResolvedPolicy(), Breaker: bp, Toleration: c.Repair.Toleration, Resync: c.Repair.Resync,
 		ApprovalTTL: c.Repair.ApprovalTTL, DrainPerPass: c.Repair.DrainPerPass, Lookback: c.Repair.Lookback}, nil
+}
+
+// Limits returns the report's effective cost limits: the longest range,
+// the most findings one report loads (range plus lookback), and the
+// lookback read before since.
+func (c Config) Limits() (maxRange time.Duration, maxFindings int, lookback time.Duration) {
+	c = c.withDefaults()
+	return c.MaxRange, c.MaxFindings, c.Lookback
+}
+
+// RangeTime reads a report bound: an RFC 3339 time, or a duration before
+// now, a Go duration (90m, 168h) or whole days (7d). The CLI and the
+// dashboard's shadow page take bounds this way; the API takes times only.
+func RangeTime(s string, now time.Time) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339, s); err == nil {
+		return t, nil
+	}
+	d, err := time.ParseDuration(s)
+	if days, ok := strings.CutSuffix(s, "d"); ok && err != nil {
+		n, nerr := strconv.Atoi(days)
+		d, err = time.Duration(n)*24*time.Hour, nerr
+	}
+	if err != nil || d < 0 {
+		return time.Time{}, fmt.Errorf("%q: want an RFC 3339 time (2026-11-23T12:00:00Z) or a duration before now (168h, 7d): %w", s, store.ErrInvalid)
+	}
+	return now.Add(-d), nil
 }
 
 // ReportFunc adapts Run to api.Config.Shadow.
