@@ -93,6 +93,10 @@ type Config struct {
 	// ApprovalTTL is how long a repair waits for on-call approval before it
 	// expires (default 24h).
 	ApprovalTTL time.Duration
+	// Events writes the Kubernetes Events of the repairs' steps on their
+	// Nodes and NodeClaims: quarantine, deletion and every hold (nil:
+	// none; the diagnoses' own Events are written regardless).
+	Events *kube.Events
 	// Crash is fault injection for the HA tests: when it returns true at a
 	// named point ("after-begin-deletion", "after-delete-call") the
 	// reconciler stops right there, as a killed process would. Nil in
@@ -491,8 +495,11 @@ func (r *Reconciler) takeRelease() bool {
 // step records the transition next (decide.Transition) of rp.
 func (r *Reconciler) step(ctx context.Context, rp store.Repair, next decide.Next, now time.Time) (store.Repair, error) {
 	var mutate func(*store.Repair)
-	if len(next.Set) > 0 || next.ExecutedAction != "" {
+	_, waiting := rp.Detail["waiting_on"]
+	if len(next.Set) > 0 || next.ExecutedAction != "" || waiting {
 		mutate = func(x *store.Repair) {
+			delete(x.Detail, "waiting_on") // a new state: a hold is recorded again when it recurs (x.Detail is a copy)
+			delete(x.Detail, "waiting_why")
 			for k, v := range next.Set {
 				x.Detail = with(x.Detail, k, v)
 			}
@@ -510,6 +517,7 @@ func (r *Reconciler) step(ctx context.Context, rp store.Repair, next decide.Next
 		return rp, err
 	}
 	r.transitions.WithLabelValues(string(next.To)).Inc()
+	r.tellTransition(out, next)
 	r.log.InfoContext(ctx, "repair transition", "cluster", rp.Cluster, "node", rp.Node, "repair", rp.ID,
 		"from", rp.State, "to", next.To, "why", next.Why)
 	return out, nil
@@ -550,9 +558,14 @@ func (r *Reconciler) execute(ctx context.Context, k *kube.Cluster, sn heldNode, 
 		r.log.WarnContext(ctx, "repair held by the kill switch", "cluster", rp.Cluster, "node", rp.Node, "repair", rp.ID)
 	case errors.Is(err, decide.ErrBudgetExceeded):
 		r.log.WarnContext(ctx, "repair held by budget", "cluster", rp.Cluster, "node", rp.Node, "repair", rp.ID, "err", err)
+	case errors.Is(err, decide.ErrDoNotDisrupt), errors.Is(err, decide.ErrOptedOut):
+		r.log.InfoContext(ctx, "repair held by the node's owners", "cluster", rp.Cluster, "node", rp.Node, "repair", rp.ID, "err", err)
 	}
 	if after.Retry == "breakers" {
 		r.EvaluateSoon() // retried once the breakers are evaluated again
+	}
+	if after.Hold != "" {
+		return rp, r.held(ctx, rp, after.Hold, err)
 	}
 	if after.Kind == decide.Transition {
 		return r.step(ctx, rp, after, now)
@@ -596,6 +609,8 @@ func (r *Reconciler) deleting(ctx context.Context, k *kube.Cluster, rp store.Rep
 		}
 		if issued {
 			r.deletions.WithLabelValues(rp.Cluster, "false").Inc()
+			r.tell(rp, kube.Event{Type: corev1.EventTypeNormal, Reason: ReasonNodeClaimDeleted, Action: ActionDeleteNodeClaim,
+				Note: fmt.Sprintf("deleted NodeClaim %s (uid %s); Karpenter drains the node and launches its replacement", rp.NodeClaim, rp.NodeClaimUID)})
 			r.log.InfoContext(ctx, "nodeclaim deleted", "cluster", rp.Cluster, "node", rp.Node, "nodeclaim", rp.NodeClaim, "repair", rp.ID)
 		}
 		if gone, err = k.NodeClaimGone(ctx, rp.NodeClaim, uid); err != nil || !gone {
