@@ -112,6 +112,8 @@ type Controller struct {
 	opts Options
 	rec  *repair.Reconciler
 	srv  *http.Server
+	// events writes the repairs' Kubernetes Events (closed by Run).
+	events *kube.Events
 }
 
 // Start opens the database (migrating it when asked), builds the reconciler
@@ -173,8 +175,10 @@ func Start(ctx context.Context, o Options) (*Controller, error) {
 			return nil, fmt.Errorf("start controller: %w", err)
 		}
 	}
+	events := kube.NewEvents() // starts nothing before the first Event; closed by Run
 	rec, err := repair.New(repair.Config{Store: st, Engine: eng, Clusters: o.Clusters, DryRun: o.DryRun, Breaker: bp,
-		Toleration: o.Toleration, Policy: pol, Crash: o.Crash, Resync: o.Resync, Workers: o.Workers, Now: o.Now, Log: o.Log, Registerer: reg})
+		Toleration: o.Toleration, Policy: pol, Crash: o.Crash, Resync: o.Resync, Workers: o.Workers, Now: o.Now, Log: o.Log, Registerer: reg,
+		Events: events})
 	if err != nil {
 		st.Close()
 		return nil, err
@@ -214,7 +218,7 @@ func Start(ctx context.Context, o Options) (*Controller, error) {
 		st.Close()
 		return nil, fmt.Errorf("start controller: listen on %s: %w", o.Listen, err)
 	}
-	return &Controller{URL: scheme + "://" + ln.Addr().String(), Store: st, ln: ln, opts: o, rec: rec,
+	return &Controller{URL: scheme + "://" + ln.Addr().String(), Store: st, ln: ln, opts: o, rec: rec, events: events,
 		srv: api.NewServer(h, sopts)}, nil
 }
 
@@ -223,6 +227,7 @@ func Start(ctx context.Context, o Options) (*Controller, error) {
 // error of any part, or nil after a clean shutdown.
 func (c *Controller) Run(ctx context.Context) error {
 	defer c.Store.Close()
+	defer c.events.Close()
 	g, ctx := errgroup.WithContext(ctx)
 	if le := c.opts.LeaderElection; le != nil {
 		c.rec.UseLeaderElection()
