@@ -3,6 +3,7 @@ package repair
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -82,11 +83,28 @@ func (r *Reconciler) held(ctx context.Context, rp store.Repair, hold string, why
 	if cur, _ := rp.Detail["waiting_on"].(string); cur == hold {
 		return nil
 	}
-	if err := r.cfg.Store.NoteRepair(ctx, rp.ID, Actor, "deletion held ("+hold+"): "+why.Error(),
-		map[string]any{"waiting_on": hold, "waiting_why": why.Error()}, r.cfg.Now()); err != nil {
+	words := guardWords(why)
+	if err := r.cfg.Store.NoteRepair(ctx, rp.ID, Actor, "deletion held ("+hold+"): "+words,
+		map[string]any{"waiting_on": hold, "waiting_why": words}, r.cfg.Now()); err != nil {
 		return fmt.Errorf("record hold of repair %d: %w", rp.ID, err)
 	}
 	h := holdReasons[hold]
-	r.tell(rp, kube.Event{Type: h.typ, Reason: h.reason, Action: ActionHold, Note: "NodeClaim deletion held: " + why.Error()})
+	r.tell(rp, kube.Event{Type: h.typ, Reason: h.reason, Action: ActionHold, Note: "NodeClaim deletion held: " + words})
 	return nil
+}
+
+// guardWords is a guard refusal without the wrapping of the guard
+// transaction ("begin deletion of repair 7: guard: "): the guard's own
+// words, for the audit and the Event.
+func guardWords(err error) string {
+	msg := err.Error()
+	if i := strings.Index(msg, "guard: "); i >= 0 {
+		return msg[i+len("guard: "):]
+	}
+	if strings.HasPrefix(msg, "begin deletion of repair ") {
+		if i := strings.Index(msg, ": "); i >= 0 {
+			return msg[i+2:]
+		}
+	}
+	return msg
 }
