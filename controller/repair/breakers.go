@@ -223,6 +223,12 @@ func (r *Reconciler) deletionGuard(ctx context.Context, k *kube.Cluster, node he
 	if err != nil {
 		return nil, err
 	}
+	if owners.OptOut != node.agent.OptOut || owners.DoNotDisrupt != node.agent.DoNotDisrupt {
+		// Kept for the shadow report, which replays the owners' holds.
+		if err := r.cfg.Store.SetNodeOwners(ctx, node.cluster, node.info.Name, owners.OptOut, owners.DoNotDisrupt, now); err != nil {
+			return nil, err
+		}
+	}
 	bn := r.breakerNode(node.cluster, node.info, node.agent)
 	return func(cur store.Repair, b store.DeletionBudget, doc json.RawMessage) error {
 		st, err := decodeBreakers(doc)
