@@ -215,7 +215,8 @@ func New(cfg Config) (*Reconciler, error) {
 	}
 	var qm workqueue.MetricsProvider
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{r.reconciles, r.deletions, r.transitions, r.breakersOpen, r.timeToReplace, r.replacementsFailed, r.forwardDropped} {
+		for _, c := range []prometheus.Collector{r.reconciles, r.deletions, r.transitions, r.breakersOpen, r.timeToReplace, r.replacementsFailed, r.forwardDropped,
+			newLeaderCollector(r)} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("register repair metrics: %w", err)
 			}
