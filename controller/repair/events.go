@@ -48,7 +48,7 @@ var holdReasons = map[string]struct{ reason, typ string }{
 // tell records ev about repair rp's Node and NodeClaim (Config.Events; nil
 // records nothing).
 func (r *Reconciler) tell(rp store.Repair, ev kube.Event) {
-	k := r.cfg.Clusters[rp.Cluster]
+	k := r.kubeFor(rp.Cluster)
 	if r.cfg.Events == nil || k == nil {
 		return
 	}
