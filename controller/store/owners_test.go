@@ -2,9 +2,11 @@ package store_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/fleetrepair/fleetrepair/controller/ledger"
 	"github.com/fleetrepair/fleetrepair/controller/store"
 	"github.com/fleetrepair/fleetrepair/test/pgtest"
 )
@@ -47,5 +49,60 @@ func TestSetNodeOwners(t *testing.T) {
 	// A node not stored: nothing, no error.
 	if err := st.SetNodeOwners(ctx, "c1", "ghost", "Node ghost", "", t0); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestDeletionBudgets: the gauge's budgets count what BeginDeletion counts
+// (real repairs that entered deleting in the last hour, deletions in
+// flight per NodePool), leave dry-run repairs out, cover a NodePool with
+// nodes but no deletion, and never go below zero.
+func TestDeletionBudgets(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := pgtest.Store(t)
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	if _, err := st.SetClusterBudget(ctx, "c1", 2, 2, now); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SetNodePoolBudget(ctx, "c1", 4, now); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.UpsertNodeMeta(ctx, store.Node{Cluster: "c1", Name: "cpu-1", NodePool: "cpu"}, now); err != nil {
+		t.Fatal(err)
+	}
+	// An older deletion, finished: outside the sliding hour.
+	old := tolerating(t, st, "gpu-old", "gpu", false, now.Add(-3*time.Hour))
+	if _, err := st.BeginDeletion(ctx, old.ID, ledger.Tolerating, "controller", "test", now.Add(-2*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	step(t, st, old.ID, ledger.Deleting, ledger.Replaced, now.Add(-90*time.Minute))
+
+	for i, dry := range []bool{false, false, true} {
+		r := tolerating(t, st, fmt.Sprintf("gpu-%d", i), "gpu", dry, now.Add(-2*time.Hour))
+		if _, err := st.BeginDeletion(ctx, r.ID, ledger.Tolerating, "controller", "test", now.Add(-10*time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := st.DeletionBudgets(ctx, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []store.BudgetRemaining{
+		{Cluster: "c1", Budget: "deletions_per_hour", Limit: 2, Used: 2, Remaining: 0},
+		{Cluster: "c1", NodePool: "cpu", Budget: "max_in_flight_per_nodepool", Limit: 2, Used: 0, Remaining: 2},
+		{Cluster: "c1", NodePool: "cpu", Budget: "nodepool_deletions_per_hour", Limit: 4, Used: 0, Remaining: 4},
+		{Cluster: "c1", NodePool: "gpu", Budget: "max_in_flight_per_nodepool", Limit: 2, Used: 2, Remaining: 0},
+		{Cluster: "c1", NodePool: "gpu", Budget: "nodepool_deletions_per_hour", Limit: 4, Used: 2, Remaining: 2},
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("DeletionBudgets =\n%+v\nwant\n%+v", got, want)
+	}
+	// A budget lowered below what was used reads 0, not negative.
+	if _, err := st.SetClusterBudget(ctx, "c1", 1, 2, now); err != nil {
+		t.Fatal(err)
+	}
+	got, _ = st.DeletionBudgets(ctx, now)
+	if got[0].Remaining != 0 || got[0].Used != 2 {
+		t.Fatalf("over-spent budget = %+v, want remaining 0", got[0])
 	}
 }
