@@ -6,7 +6,10 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/fleetrepair/fleetrepair/controller/decide"
 	"github.com/fleetrepair/fleetrepair/controller/kube"
@@ -30,7 +33,9 @@ const (
 	ReasonHeldByKillSwitch       = "RepairHeldByKillSwitch" // the kill switch stops every deletion
 	ReasonHeldByDoNotDisrupt     = "RepairHeldByDoNotDisrupt"
 	ReasonOptedOut               = "RepairOptedOut"
+	ReasonNodeClaimStuck         = "NodeClaimStuck" // stuck in Karpenter's lifecycle (TellStuck)
 	ActionQuarantine, ActionHold = "Quarantine", "Hold"
+	ActionObserve                = "Observe"
 	ActionDeleteNodeClaim        = "DeleteNodeClaim"
 )
 
@@ -107,4 +112,70 @@ func guardWords(err error) string {
 		}
 	}
 	return msg
+}
+
+// StuckClaim is a NodeClaim stuck in Karpenter's lifecycle as the periodic
+// pass classifies it (controller/lifecycle: stuck terminating, not
+// registered, no Node, not initialized).
+type StuckClaim struct {
+	Name  string // the NodeClaim
+	Node  string // its Node, "" before registration
+	State string // the lifecycle state ("stuck-terminating", ...)
+	// Detail says why, in words, with the numbers ("deletion pending 7d 2h,
+	// past the termination grace of 1h; finalizers karpenter.sh/termination").
+	Detail string
+}
+
+// TellStuck records a Warning Event NodeClaimStuck on each NodeClaim of
+// cluster in stuck (and on its Node, when it has one) that was not already
+// told in that state: one Event per NodeClaim and stuck state, not one per
+// pass. stuck is the cluster's whole stuck list now: a NodeClaim left out
+// is no longer stuck and is told again if it gets stuck again. fleetrepair
+// writes nothing else for a lifecycle state (docs/design.md). The
+// NodeClaim's UID is read from the cluster (its cache, for a cached
+// cluster); one that is gone is skipped.
+func (r *Reconciler) TellStuck(ctx context.Context, cluster string, stuck []StuckClaim) {
+	k := r.kubeFor(cluster)
+	if k == nil {
+		return
+	}
+	r.mu.Lock()
+	if r.stuckTold == nil {
+		r.stuckTold = map[string]map[string]string{}
+	}
+	prev := r.stuckTold[cluster]
+	now := make(map[string]string, len(stuck))
+	var tell []StuckClaim
+	for _, c := range stuck {
+		now[c.Name] = c.State
+		if prev[c.Name] != c.State {
+			tell = append(tell, c)
+		}
+	}
+	r.stuckTold[cluster] = now
+	r.mu.Unlock()
+	for _, c := range tell {
+		var nc karpv1.NodeClaim
+		if err := k.Client().Get(ctx, client.ObjectKey{Name: c.Name}, &nc); err != nil {
+			if !apierrors.IsNotFound(err) {
+				r.log.WarnContext(ctx, "stuck nodeclaim event", "cluster", cluster, "nodeclaim", c.Name, "err", err)
+				r.forgetStuck(cluster, c.Name) // told on the next pass
+			}
+			continue
+		}
+		ev := kube.Event{Type: corev1.EventTypeWarning, Reason: ReasonNodeClaimStuck, Action: ActionObserve,
+			Note: c.State + ": " + c.Detail + " (fleetrepair deletes nothing for it and removes no finalizer)"}
+		if c.Node != "" {
+			r.cfg.Events.Record(k, kube.Subject{Node: c.Node, NodeClaim: c.Name, NodeClaimUID: nc.UID}, ev)
+		} else {
+			r.cfg.Events.RecordNodeClaim(k, c.Name, nc.UID, ev)
+		}
+	}
+}
+
+// forgetStuck drops what TellStuck told of one NodeClaim.
+func (r *Reconciler) forgetStuck(cluster, name string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.stuckTold[cluster], name)
 }

@@ -200,6 +200,63 @@ func TestOwnersAndEventsOnRealAPIServer(t *testing.T) {
 	}
 }
 
+// TestStuckNodeClaimEvents: a NodeClaim stuck in Karpenter's lifecycle
+// gets one NodeClaimStuck Event however many passes list it, and is told
+// again once it was unstuck and gets stuck again (the broadcaster merges the
+// repeat into the Event's series).
+func TestStuckNodeClaimEvents(t *testing.T) {
+	env := envtest.Start(t, envtest.Options{})
+	ctx := context.Background()
+	st := pgtest.Store(t)
+	nc := &karpv1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: "launch-nc"}}
+	nc.Spec.NodeClassRef = &karpv1.NodeClassReference{Group: "karpenter.k8s.aws", Kind: "EC2NodeClass", Name: "default"}
+	nc.Spec.Requirements = []karpv1.NodeSelectorRequirementWithMinValues{{Key: corev1.LabelInstanceTypeStable, Operator: corev1.NodeSelectorOpExists}}
+	if err := env.Client.Create(ctx, nc); err != nil {
+		t.Fatal(err)
+	}
+	eng, err := diagnose.New(diagnose.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := kube.NewEvents()
+	defer events.Close()
+	rec, err := repair.New(repair.Config{Store: st, Engine: eng, Clusters: map[string]*kube.Cluster{"c1": kube.New("c1", env.Client)}, Events: events})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stuck := []repair.StuckClaim{{Name: "launch-nc", State: "not-registered", Detail: "launched 25m ago, never registered a Node"}}
+	for range 5 {
+		rec.TellStuck(ctx, "c1", stuck)
+	}
+	list := func() []eventsv1.Event {
+		var evs eventsv1.EventList
+		if err := env.Client.List(ctx, &evs, client.InNamespace(metav1.NamespaceDefault)); err != nil {
+			t.Fatal(err)
+		}
+		var out []eventsv1.Event
+		for _, e := range evs.Items {
+			if e.Reason == repair.ReasonNodeClaimStuck {
+				out = append(out, e)
+			}
+		}
+		return out
+	}
+	envtest.WaitFor(t, 20*time.Second, "the NodeClaimStuck Event", func(context.Context) (bool, error) { return len(list()) > 0, nil })
+	rec.TellStuck(ctx, "c1", stuck) // a sixth pass, for the broadcaster to have seen any repeat
+	time.Sleep(time.Second)
+	evs := list()
+	if len(evs) != 1 || evs[0].Series != nil || evs[0].Regarding.Kind != "NodeClaim" || evs[0].Regarding.UID != nc.UID ||
+		!strings.Contains(evs[0].Note, "not-registered: launched 25m ago") {
+		t.Fatalf("after six passes: %+v; want one Event on the NodeClaim (its uid), no series", evs)
+	}
+	rec.TellStuck(ctx, "c1", nil) // registered after all
+	rec.TellStuck(ctx, "c1", stuck)
+	envtest.WaitFor(t, 20*time.Second, "the second time it got stuck", func(context.Context) (bool, error) {
+		evs := list()
+		return len(evs) == 2 || len(evs) == 1 && evs[0].Series != nil && evs[0].Series.Count == 2, nil
+	})
+}
+
 // holdAudits returns the reasons of repair id's hold audit entries.
 func holdAudits(t *testing.T, st *store.Store, id int64) []string {
 	t.Helper()

@@ -141,6 +141,9 @@ type Reconciler struct {
 
 	// released counts breaker-held repairs released in the current pass.
 	released int
+	// stuckTold is, per cluster, the NodeClaims TellStuck told and in which
+	// stuck state.
+	stuckTold map[string]map[string]string
 
 	breakersOpen       prometheus.Gauge
 	timeToReplace      prometheus.Histogram
