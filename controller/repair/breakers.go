@@ -220,8 +220,9 @@ func toStored(ds []breaker.Decision) []store.BreakerDecision {
 }
 
 // deletionGuard gathers what the deletion guards need outside the guard
-// transaction (the NodePool's Nodes when the policy sets a minimum
-// healthy count) and returns the guard: a pure check on values
+// transaction (the owners' word on disruption, kube.Disruption; the
+// NodePool's Nodes when the policy sets a minimum healthy count) and
+// returns the guard: a pure check on values
 // (decide.Deletion) of the budget numbers and the breaker state that
 // BeginDeletion reads through its transaction. No I/O runs while the
 // budget row is locked.
@@ -235,6 +236,16 @@ func (r *Reconciler) deletionGuard(ctx context.Context, k *kube.Cluster, node he
 		}
 		healthy = healthyNodes(nodes, rp.NodePool)
 	}
+	owners, err := k.Disruption(ctx, node.info, now)
+	if err != nil {
+		return nil, err
+	}
+	if owners.OptOut != node.agent.OptOut || owners.DoNotDisrupt != node.agent.DoNotDisrupt {
+		// Kept for the shadow report, which replays the owners' holds.
+		if err := r.cfg.Store.SetNodeOwners(ctx, node.cluster, node.info.Name, owners.OptOut, owners.DoNotDisrupt, now); err != nil {
+			return nil, err
+		}
+	}
 	bn := r.breakerNode(node.cluster, node.info, node.agent)
 	return func(cur store.Repair, b store.DeletionBudget, doc json.RawMessage) error {
 		st, err := decodeBreakers(doc)
@@ -247,6 +258,7 @@ func (r *Reconciler) deletionGuard(ctx context.Context, k *kube.Cluster, node he
 			Counts: decide.Counts{Cluster: b.Cluster, NodePool: b.NodePool, DeletionsLastHour: b.DeletionsLastHour,
 				InFlight: b.InFlight, NodePoolDeletionsLastHour: b.NodePoolDeletionsLastHour, Healthy: healthy},
 			Breakers: r.cfg.Breaker != nil, State: st, Node: bn, HumanApproved: humanApproved, MaxBreakerAge: r.cfg.MaxBreakerAge,
+			Disruption: owners,
 		}, now)
 	}, nil
 }

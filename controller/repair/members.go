@@ -33,8 +33,11 @@ func (r *Reconciler) AddCluster(name string, k *kube.Cluster) error {
 	}
 	r.membersMu.Lock()
 	defer r.membersMu.Unlock()
-	if old, ok := r.members[name]; ok && old.stop != nil {
-		old.stop()
+	if old, ok := r.members[name]; ok {
+		if old.stop != nil {
+			old.stop()
+		}
+		r.cfg.Events.Forget(old.k) // its Events broadcaster writes through the old credential
 	}
 	m := &member{k: k}
 	r.members[name] = m
@@ -61,6 +64,7 @@ func (r *Reconciler) RemoveCluster(name string) {
 	if m.stop != nil {
 		m.stop()
 	}
+	r.cfg.Events.Forget(m.k)
 	r.mu.Lock()
 	delete(r.clusters, name)
 	r.mu.Unlock()

@@ -95,6 +95,10 @@ type Config struct {
 	// ApprovalTTL is how long a repair waits for on-call approval before it
 	// expires (default 24h).
 	ApprovalTTL time.Duration
+	// Events writes the Kubernetes Events of the repairs' steps on their
+	// Nodes and NodeClaims: quarantine, deletion and every hold (nil:
+	// none; the diagnoses' own Events are written regardless).
+	Events *kube.Events
 	// Crash is fault injection for the HA tests: when it returns true at a
 	// named point ("after-begin-deletion", "after-delete-call") the
 	// reconciler stops right there, as a killed process would. Nil in
@@ -139,6 +143,9 @@ type Reconciler struct {
 
 	// released counts breaker-held repairs released in the current pass.
 	released int
+	// stuckTold is, per cluster, the NodeClaims TellStuck told and in which
+	// stuck state.
+	stuckTold map[string]map[string]string
 
 	breakersOpen       prometheus.Gauge
 	timeToReplace      prometheus.Histogram
@@ -226,7 +233,8 @@ func New(cfg Config) (*Reconciler, error) {
 	}
 	var qm workqueue.MetricsProvider
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{r.reconciles, r.deletions, r.transitions, r.breakersOpen, r.timeToReplace, r.replacementsFailed, r.forwardDropped, r.nodeConditions} {
+		for _, c := range []prometheus.Collector{r.reconciles, r.deletions, r.transitions, r.breakersOpen, r.timeToReplace, r.replacementsFailed, r.forwardDropped, r.nodeConditions,
+			newLeaderCollector(r)} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("register repair metrics: %w", err)
 			}
@@ -517,8 +525,11 @@ func (r *Reconciler) takeRelease() bool {
 // step records the transition next (decide.Transition) of rp.
 func (r *Reconciler) step(ctx context.Context, rp store.Repair, next decide.Next, now time.Time) (store.Repair, error) {
 	var mutate func(*store.Repair)
-	if len(next.Set) > 0 || next.ExecutedAction != "" {
+	_, waiting := rp.Detail["waiting_on"]
+	if len(next.Set) > 0 || next.ExecutedAction != "" || waiting {
 		mutate = func(x *store.Repair) {
+			delete(x.Detail, "waiting_on") // a new state: a hold is recorded again when it recurs (x.Detail is a copy)
+			delete(x.Detail, "waiting_why")
 			for k, v := range next.Set {
 				x.Detail = with(x.Detail, k, v)
 			}
@@ -536,6 +547,7 @@ func (r *Reconciler) step(ctx context.Context, rp store.Repair, next decide.Next
 		return rp, err
 	}
 	r.transitions.WithLabelValues(string(next.To)).Inc()
+	r.tellTransition(out, next)
 	r.log.InfoContext(ctx, "repair transition", "cluster", rp.Cluster, "node", rp.Node, "repair", rp.ID,
 		"from", rp.State, "to", next.To, "why", next.Why)
 	return out, nil
@@ -576,9 +588,14 @@ func (r *Reconciler) execute(ctx context.Context, k *kube.Cluster, sn heldNode, 
 		r.log.WarnContext(ctx, "repair held by the kill switch", "cluster", rp.Cluster, "node", rp.Node, "repair", rp.ID)
 	case errors.Is(err, decide.ErrBudgetExceeded):
 		r.log.WarnContext(ctx, "repair held by budget", "cluster", rp.Cluster, "node", rp.Node, "repair", rp.ID, "err", err)
+	case errors.Is(err, decide.ErrDoNotDisrupt), errors.Is(err, decide.ErrOptedOut):
+		r.log.InfoContext(ctx, "repair held by the node's owners", "cluster", rp.Cluster, "node", rp.Node, "repair", rp.ID, "err", err)
 	}
 	if after.Retry == "breakers" {
 		r.EvaluateSoon() // retried once the breakers are evaluated again
+	}
+	if after.Hold != "" {
+		return rp, r.held(ctx, rp, after.Hold, err)
 	}
 	if after.Kind == decide.Transition {
 		return r.step(ctx, rp, after, now)
@@ -622,6 +639,8 @@ func (r *Reconciler) deleting(ctx context.Context, k *kube.Cluster, rp store.Rep
 		}
 		if issued {
 			r.deletions.WithLabelValues(rp.Cluster, "false").Inc()
+			r.tell(rp, kube.Event{Type: corev1.EventTypeNormal, Reason: ReasonNodeClaimDeleted, Action: ActionDeleteNodeClaim,
+				Note: fmt.Sprintf("deleted NodeClaim %s (uid %s); Karpenter drains the node and launches its replacement", rp.NodeClaim, rp.NodeClaimUID)})
 			r.log.InfoContext(ctx, "nodeclaim deleted", "cluster", rp.Cluster, "node", rp.Node, "nodeclaim", rp.NodeClaim, "repair", rp.ID)
 		}
 		if gone, err = k.NodeClaimGone(ctx, rp.NodeClaim, uid); err != nil || !gone {
