@@ -14,6 +14,7 @@ import (
 	"github.com/fleetrepair/fleetrepair/controller/diagnose"
 	"github.com/fleetrepair/fleetrepair/controller/kube"
 	"github.com/fleetrepair/fleetrepair/controller/ledger"
+	"github.com/fleetrepair/fleetrepair/controller/lifecycle"
 	"github.com/fleetrepair/fleetrepair/controller/store"
 )
 
@@ -120,15 +121,6 @@ func (r *Reconciler) evaluateBreakers(ctx context.Context, fleet map[string][]ku
 	for _, n := range agents {
 		byName[n.Cluster+"/"+n.Name] = n
 	}
-	var bn []breaker.Node
-	for name, infos := range fleet {
-		for _, info := range infos {
-			if !info.Deleting.IsZero() {
-				continue // already leaving: no cohort member, no capacity (c27)
-			}
-			bn = append(bn, r.breakerNode(name, info, byName[name+"/"+info.Name]))
-		}
-	}
 	var active []diagnose.Diagnosis
 	var replaced []breaker.Replaced
 	infos := map[string]kube.NodeInfo{} // by decide.NodeName
@@ -154,6 +146,24 @@ func (r *Reconciler) evaluateBreakers(ctx context.Context, fleet map[string][]ku
 				return fmt.Errorf("evaluate breakers: %w", err)
 			}
 			replaced = append(replaced, rs...)
+		}
+	}
+	// The breakers' fleet: nodes whose lifecycle state is a cohort member
+	// (lifecycle.State.BreakerMember): never a leaving node (c27), a node
+	// not yet initialized only while it is failing (c28's replacements).
+	failing := map[string]bool{}
+	for _, d := range active {
+		if decide.IsSignal(d.FaultClass, d.Severity) {
+			failing[decide.NodeName(d.Cluster, d.Node)] = true
+		}
+	}
+	var bn []breaker.Node
+	for name, infos := range fleet {
+		for _, info := range infos {
+			if !info.Lifecycle(now, r.cfg.Lifecycle).BreakerMember(failing[decide.NodeName(name, info.Name)]) {
+				continue
+			}
+			bn = append(bn, r.breakerNode(name, info, byName[name+"/"+info.Name]))
 		}
 	}
 	joined := func(cluster, node string) (string, time.Time) {
@@ -216,7 +226,7 @@ func (r *Reconciler) deletionGuard(ctx context.Context, k *kube.Cluster, node he
 		if err != nil {
 			return nil, err
 		}
-		healthy = healthyNodes(nodes, rp.NodePool)
+		healthy = healthyNodes(nodes, rp.NodePool, now, r.cfg.Lifecycle)
 	}
 	bn := r.breakerNode(node.cluster, node.info, node.agent)
 	return func(cur store.Repair, b store.DeletionBudget, doc json.RawMessage) error {
@@ -234,12 +244,13 @@ func (r *Reconciler) deletionGuard(ctx context.Context, k *kube.Cluster, node he
 	}, nil
 }
 
-// healthyNodes counts the NodePool's healthy Nodes: Ready and not
-// quarantined.
-func healthyNodes(nodes []kube.NodeInfo, pool string) int {
+// healthyNodes counts the NodePool's healthy Nodes: Ready, not
+// quarantined, and capacity in Karpenter's lifecycle (not leaving,
+// launching or uninitialized: lifecycle.State.Capacity).
+func healthyNodes(nodes []kube.NodeInfo, pool string, now time.Time, g lifecycle.Graces) int {
 	healthy := 0
 	for _, n := range nodes {
-		if n.NodePool != pool || !n.Ready || slices.Contains(n.Taints, kube.QuarantineTaintKey) {
+		if n.NodePool != pool || !n.Ready || slices.Contains(n.Taints, kube.QuarantineTaintKey) || !n.Lifecycle(now, g).Capacity() {
 			continue
 		}
 		healthy++

@@ -30,6 +30,7 @@ import (
 	"github.com/fleetrepair/fleetrepair/controller/diagnose"
 	"github.com/fleetrepair/fleetrepair/controller/kube"
 	"github.com/fleetrepair/fleetrepair/controller/ledger"
+	"github.com/fleetrepair/fleetrepair/controller/lifecycle"
 	"github.com/fleetrepair/fleetrepair/controller/policy"
 	"github.com/fleetrepair/fleetrepair/controller/store"
 )
@@ -93,6 +94,9 @@ type Config struct {
 	// ApprovalTTL is how long a repair waits for on-call approval before it
 	// expires (default 24h).
 	ApprovalTTL time.Duration
+	// Lifecycle are the graces after which a NodeClaim in a transitional
+	// lifecycle state is stuck (zero fields: lifecycle.DefaultGraces).
+	Lifecycle lifecycle.Graces
 	// Crash is fault injection for the HA tests: when it returns true at a
 	// named point ("after-begin-deletion", "after-delete-call") the
 	// reconciler stops right there, as a killed process would. Nil in
@@ -131,6 +135,9 @@ type Reconciler struct {
 
 	// released counts breaker-held repairs released in the current pass.
 	released int
+	// claims holds each cluster's classified NodeClaims of the last pass.
+	claims     map[string]claimSnapshot
+	claimGauge *prometheus.GaugeVec
 
 	breakersOpen       prometheus.Gauge
 	timeToReplace      prometheus.Histogram
@@ -208,10 +215,11 @@ func New(cfg Config) (*Reconciler, error) {
 			Help: "Triggers for another replica's clusters not forwarded (queue full or PostgreSQL down); the leader's catch-up pass reconciles them."}),
 		replacementsFailed: prometheus.NewCounter(prometheus.CounterOpts{Name: "fleetrepair_replacements_failed_total",
 			Help: "Replacements not Ready and healthy within the verify timeout."}),
+		claimGauge: nodeClaimGauge(),
 	}
 	var qm workqueue.MetricsProvider
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{r.reconciles, r.deletions, r.transitions, r.breakersOpen, r.timeToReplace, r.replacementsFailed, r.forwardDropped} {
+		for _, c := range []prometheus.Collector{r.reconciles, r.deletions, r.transitions, r.breakersOpen, r.timeToReplace, r.replacementsFailed, r.forwardDropped, r.claimGauge} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("register repair metrics: %w", err)
 			}
@@ -288,6 +296,12 @@ func (r *Reconciler) ReconcileNode(ctx context.Context, cluster, node string) er
 		return err
 	}
 	head := diagnose.Headline(ds)
+	if head.Severity == catalog.SeverityCondition && !hasOpen && leaving(info.Lifecycle(now, r.cfg.Lifecycle)) {
+		// Already leaving: Karpenter drains and removes it. A repair would
+		// only send a second delete (c27); the diagnoses and their Events
+		// stay visible.
+		return r.recordEvents(ctx, k, node, events, now)
+	}
 	if head.Severity != catalog.SeverityCondition {
 		err = r.healthy(ctx, k, node, head, open, hasOpen, now)
 	} else {
