@@ -27,6 +27,7 @@ import (
 	"github.com/fleetrepair/fleetrepair/controller/auth"
 	"github.com/fleetrepair/fleetrepair/controller/catalog"
 	"github.com/fleetrepair/fleetrepair/controller/ledger"
+	"github.com/fleetrepair/fleetrepair/controller/lifecycle"
 	"github.com/fleetrepair/fleetrepair/controller/store"
 )
 
@@ -84,6 +85,13 @@ type Config struct {
 	// per-agent and token verification rates, shadow reports at once,
 	// security_audit rows per minute); zero fields take the defaults.
 	Limits Limits
+
+	// NodeClaims returns a cluster's NodeClaims as the reconciler's last
+	// periodic pass classified them (repair.Reconciler.NodeClaims), when,
+	// and false when no pass listed the cluster yet. Nil: GET
+	// /api/v1/clusters/{cluster}/nodeclaims answers 503 and the fleet
+	// summary carries no NodeClaim counts.
+	NodeClaims func(cluster string) ([]lifecycle.Claim, time.Time, bool)
 
 	// ApprovalTTL is how long a held repair waits for a decision before it
 	// expires (the reconciler's ApprovalTTL; default 24h),
@@ -191,6 +199,7 @@ func (s *server) routes() http.Handler {
 		r.Get("/stats", s.getStats)
 		r.Get("/reasons", s.reasons)
 		r.Get("/clusters", s.listClusters)
+		r.Get("/clusters/{cluster}/nodeclaims", s.getNodeClaims)
 		r.Get("/breakers", s.getBreakers)
 		r.With(sameOriginJSON).Post("/breakers/resume", s.breakerAction(false))
 		r.With(sameOriginJSON).Post("/breakers/kill-switch", s.breakerAction(true))
