@@ -185,7 +185,7 @@ func Start(ctx context.Context, o Options) (*Controller, error) {
 	}
 	sort.Strings(names)
 	svc, err := api.New(api.Config{Store: st, Catalog: cat, Clusters: names, Authenticator: o.Authenticator,
-		OnIngest: rec.Trigger, ClusterStates: clusterStates(rec), NodeClaims: rec.NodeClaims, Operators: o.Operators, Gatherer: reg, Registerer: reg, Now: o.Now, Log: o.Log, Limits: o.Limits,
+		OnIngest: rec.Trigger, ClusterStates: clusterStates(rec), NodeClaims: rec.NodeClaims, PeerNodes: peerNodes(o.Clusters), Operators: o.Operators, Gatherer: reg, Registerer: reg, Now: o.Now, Log: o.Log, Limits: o.Limits,
 		Shadow: shadow.Config{Store: st, Engine: eng, Policy: pol, Breaker: bp, Toleration: o.Toleration, Clusters: names, Resync: o.Resync}.ReportFunc()})
 	if err != nil {
 		st.Close()
@@ -297,5 +297,16 @@ func clusterStates(rec *repair.Reconciler) func() []api.ClusterState {
 			out = append(out, api.ClusterState{Name: c.Name, Reachable: c.Reachable, Since: c.Since, LastError: c.LastError, Leading: c.Leading})
 		}
 		return out
+	}
+}
+
+// peerNodes resolves job reports' peer addresses on each cluster's Nodes.
+func peerNodes(clusters map[string]*kube.Cluster) func(ctx context.Context, cluster string) (map[string]string, error) {
+	return func(ctx context.Context, cluster string) (map[string]string, error) {
+		k := clusters[cluster]
+		if k == nil {
+			return nil, fmt.Errorf("resolve peers: cluster %q is not configured", cluster)
+		}
+		return k.NodeAddresses(ctx)
 	}
 }

@@ -208,6 +208,38 @@ func ClassifyFleet(cluster string, nodes []NodeInfo, claims []lifecycle.Facts, n
 	return out
 }
 
+// NodeAddresses maps every address of every Node (status.addresses of
+// type InternalIP and ExternalIP) to the Node's name: how a job's NCCL
+// peer, printed as an address, is found (c29). An address two Nodes claim
+// maps to neither.
+func (k *Cluster) NodeAddresses(ctx context.Context) (map[string]string, error) {
+	if err := k.synced(); err != nil {
+		return nil, err
+	}
+	var list corev1.NodeList
+	if err := k.c.List(ctx, &list); err != nil {
+		return nil, fmt.Errorf("list nodes: %w", err)
+	}
+	out := make(map[string]string, len(list.Items))
+	dup := map[string]bool{}
+	for i := range list.Items {
+		n := &list.Items[i]
+		for _, a := range n.Status.Addresses {
+			if a.Type != corev1.NodeInternalIP && a.Type != corev1.NodeExternalIP || a.Address == "" {
+				continue
+			}
+			if prev, ok := out[a.Address]; ok && prev != n.Name {
+				dup[a.Address] = true
+			}
+			out[a.Address] = n.Name
+		}
+	}
+	for a := range dup {
+		delete(out, a)
+	}
+	return out, nil
+}
+
 // Cluster is one Kubernetes cluster.
 type Cluster struct {
 	name string

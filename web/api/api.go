@@ -93,6 +93,11 @@ type Config struct {
 	// summary carries no NodeClaim counts.
 	NodeClaims func(cluster string) ([]lifecycle.Claim, time.Time, bool)
 
+	// PeerNodes maps a cluster's Node addresses (InternalIP, ExternalIP)
+	// to Node names, for the peers of job reports named by address
+	// (kube.Cluster.NodeAddresses). Nil: such peers stay unresolved.
+	PeerNodes func(ctx context.Context, cluster string) (map[string]string, error)
+
 	// ApprovalTTL is how long a held repair waits for a decision before it
 	// expires (the reconciler's ApprovalTTL; default 24h),
 	// shown as each held repair's expiry.
@@ -190,6 +195,7 @@ func (s *server) routes() http.Handler {
 		r = r.With(s.sourceLimit())
 		r.Get("/repairs", s.listRepairs)
 		r.Get("/repairs/{id}", s.getRepair)
+		r.With(sameOriginJSON).Post("/job-reports", s.jobReport)
 		r.With(sameOriginJSON).Post("/repairs/{id}/approve", s.decide(ledger.Approved))
 		r.With(sameOriginJSON).Post("/repairs/{id}/reject", s.decide(ledger.Rejected))
 		r.Get("/nodes", s.listNodes)
