@@ -31,7 +31,10 @@ func TestClassify(t *testing.T) {
 		{"up", up, true, time.Time{}, StateActive, ""},
 		{"drifted", with(func(f *Facts) { f.Drifted = true }), true, time.Time{}, StateDrifted, "drifted"},
 		{"deleting 10m", with(func(f *Facts) { f.Deleting = now.Add(-10 * time.Minute) }), true, time.Time{}, StateTerminating, "deletion pending 10m"},
-		{"deleting 2h", with(func(f *Facts) { f.Deleting = now.Add(-2 * time.Hour); f.Finalizers = []string{karpv1.TerminationFinalizer} }), true, time.Time{},
+		{"deleting 2h", with(func(f *Facts) {
+			f.Deleting = now.Add(-2 * time.Hour)
+			f.Finalizers = []string{karpv1.TerminationFinalizer}
+		}), true, time.Time{},
 			StateStuckTerminating, "removes no finalizer"},
 		{"deleting 2h inside a 3h terminationGracePeriod", with(func(f *Facts) {
 			f.Deleting, f.TerminationGracePeriod = now.Add(-2*time.Hour), 3*time.Hour

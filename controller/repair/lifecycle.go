@@ -1,6 +1,8 @@
 package repair
 
 import (
+	"context"
+	"fmt"
 	"slices"
 	"time"
 
@@ -70,4 +72,15 @@ func (r *Reconciler) NodeClaims(cluster string) ([]lifecycle.Claim, time.Time, b
 // leaving reports whether a node's NodeClaim or Node is being deleted.
 func leaving(s lifecycle.State) bool {
 	return s == lifecycle.StateTerminating || s == lifecycle.StateStuckTerminating
+}
+
+// NodeAddresses maps the addresses of a served cluster's Nodes to their
+// names (kube.Cluster.NodeAddresses): how job reports' peers named by
+// address are placed. An error for a cluster not served now.
+func (r *Reconciler) NodeAddresses(ctx context.Context, cluster string) (map[string]string, error) {
+	k := r.kubeFor(cluster)
+	if k == nil {
+		return nil, fmt.Errorf("resolve node addresses: cluster %q is not served", cluster)
+	}
+	return k.NodeAddresses(ctx)
 }

@@ -75,7 +75,7 @@ func (s *server) jobReport(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid job report", err.Error(), nil)
 		return
 	}
-	if !s.clusters[rep.Cluster] {
+	if !s.serves(rep.Cluster) {
 		writeError(w, http.StatusBadRequest, "invalid job report", "", []string{fmt.Sprintf("cluster: %q is not served by this controller (GET /api/v1/clusters)", rep.Cluster)})
 		return
 	}

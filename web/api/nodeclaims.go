@@ -44,7 +44,7 @@ func (s *server) nodeClaimStates(cluster string) ([]lifecycle.Claim, time.Time, 
 // (starting, or its API server unreachable since the start).
 func (s *server) getNodeClaims(w http.ResponseWriter, r *http.Request) {
 	cluster := chi.URLParam(r, "cluster")
-	if !s.clusters[cluster] {
+	if !s.serves(cluster) {
 		writeError(w, http.StatusNotFound, "no such cluster", cluster+" is not served by this controller (GET /api/v1/clusters)", nil)
 		return
 	}
