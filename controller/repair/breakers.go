@@ -123,6 +123,7 @@ func (r *Reconciler) evaluateBreakers(ctx context.Context, fleet map[string][]ku
 	}
 	var active []diagnose.Diagnosis
 	var replaced []breaker.Replaced
+	var launchFailed []breaker.Node // replacement NodeClaims that never registered a Node
 	infos := map[string]kube.NodeInfo{} // by decide.NodeName
 	for _, name := range r.ClusterNames() {
 		ds, err := r.cfg.Store.ActiveDiagnoses(ctx, name, "")
@@ -140,12 +141,20 @@ func (r *Reconciler) evaluateBreakers(ctx context.Context, fleet map[string][]ku
 				young = true
 			}
 		}
-		if young && len(ds) > 0 {
+		claims, _, _ := r.NodeClaims(name)
+		unregistered := slices.DeleteFunc(claims, func(c lifecycle.Claim) bool { return c.State != lifecycle.StateNotRegistered })
+		if young && len(ds) > 0 || len(unregistered) > 0 {
 			rs, err := r.recentReplacements(ctx, name, now)
 			if err != nil {
 				return fmt.Errorf("evaluate breakers: %w", err)
 			}
 			replaced = append(replaced, rs...)
+			for _, c := range unregistered {
+				if breaker.LaunchFailure(decide.NodeName(name, c.NodePool), c.Since, rs) {
+					launchFailed = append(launchFailed, breaker.Node{Name: decide.NodeName(name, "nodeclaim/"+c.Name),
+						Attrs: map[string]string{"cluster": name, "nodepool": c.NodePool}})
+				}
+			}
 		}
 	}
 	// The breakers' fleet: nodes whose lifecycle state is a cohort member
@@ -174,6 +183,13 @@ func (r *Reconciler) evaluateBreakers(ctx context.Context, fleet map[string][]ku
 		return decide.NodeName(cluster, info.NodePool), info.Created
 	}
 	signals := decide.AppendReplacementSignals(nil, active, now, joined, replaced)
+	// A replacement that never launched counts against its pool like one
+	// that failed the same way (breaker.LaunchFailure): a member of the
+	// fleet, failing now, while it stays stuck.
+	for _, n := range launchFailed {
+		bn = append(bn, n)
+		signals = append(signals, breaker.Signal{Node: n.Name, At: now, Replacement: true})
+	}
 	for attempt := 0; attempt < 3; attempt++ {
 		prior, v, err := r.loadBreakers(ctx)
 		if err != nil {

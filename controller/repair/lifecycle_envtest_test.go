@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/awslabs/operatorpkg/status"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
@@ -20,6 +22,7 @@ import (
 	"github.com/fleetrepair/fleetrepair/controller/kube"
 	"github.com/fleetrepair/fleetrepair/controller/lifecycle"
 	"github.com/fleetrepair/fleetrepair/controller/repair"
+	"github.com/fleetrepair/fleetrepair/controller/store"
 	"github.com/fleetrepair/fleetrepair/test/envtest"
 	"github.com/fleetrepair/fleetrepair/test/karpentersim"
 	"github.com/fleetrepair/fleetrepair/test/pgtest"
@@ -215,4 +218,127 @@ func TestLifecycleIsNotHealthOnRealAPIServer(t *testing.T) {
 		t.Errorf("zone=z1 open %v, evidence %d of %d failing; want 4 of 5 (no terminating node, no idle uninitialized one): %+v",
 			open, b.Evidence.CohortFailing, b.Evidence.CohortNodes, bs.Cohorts)
 	}
+}
+
+// TestReplacementThatNeverLaunchesTripsItsPool: on a real API server, a
+// GPU-lost node is replaced; the replacement NodeClaim never registers a
+// Node. Past the registration grace it counts against its NodePool like a
+// replacement failing the same way: the pool's breaker trips (cause
+// replacement-failed) naming the NodeClaim, and no further deletion goes
+// through in the pool.
+func TestReplacementThatNeverLaunchesTripsItsPool(t *testing.T) {
+	api := envtest.Start(t, envtest.Options{})
+	ctx := context.Background()
+	st := pgtest.Store(t)
+	sim := karpentersim.New(api.Client, 0)
+	if err := sim.CreateNodePool(ctx, "gpu"); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 6; i++ {
+		if err := sim.CreateNode(ctx, karpentersim.NodeSpec{Name: fmt.Sprintf("gpu-%02d", i), NodePool: "gpu", Zone: fmt.Sprintf("z%d", i%2),
+			InstanceType: "p5.48xlarge", GPUs: 8}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clk := &clock{t: time.Now().Add(-time.Minute)}
+	pol, err := breaker.NewPolicy(breaker.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, _ := diagnose.New(diagnose.Options{})
+	rec, err := repair.New(repair.Config{Store: st, Engine: eng, Clusters: map[string]*kube.Cluster{"c1": kube.New("c1", api.Client)},
+		Breaker: pol, Toleration: time.Second, Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.SetClusterBudget(ctx, "c1", 100, 10, clk.Now()); err != nil {
+		t.Fatal(err)
+	}
+	e := &env{st: st, rec: rec, clock: clk}
+	e.ingest(t, "gpu-00", xid79())
+	e.reconcile(t, "gpu-00")
+	clk.Add(5 * time.Second)
+	if err := rec.EvaluateBreakers(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.reconcile(t, "gpu-00")
+	if r := e.open(t, "gpu-00"); r.State != "deleting" {
+		t.Fatalf("gpu-00 repair %s, want deleting", r.State)
+	}
+	if err := sim.Step(ctx, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	e.reconcile(t, "gpu-00")
+	reps := sim.Replacements()
+	if len(reps) != 1 {
+		t.Fatalf("replacements %+v", reps)
+	}
+	// The replacement never comes up: no Node, Registered Unknown.
+	var node corev1.Node
+	if err := api.Client.Get(ctx, client.ObjectKey{Name: reps[0].NewNode}, &node); err != nil {
+		t.Fatal(err)
+	}
+	if err := api.Client.Delete(ctx, &node); err != nil {
+		t.Fatal(err)
+	}
+	var nc karpv1.NodeClaim
+	if err := api.Client.Get(ctx, client.ObjectKey{Name: reps[0].NewNode + "-nc"}, &nc); err != nil {
+		t.Fatal(err)
+	}
+	nc.Status.NodeName = ""
+	for i := range nc.Status.Conditions {
+		if c := &nc.Status.Conditions[i]; c.Type != karpv1.ConditionTypeLaunched {
+			c.Status, c.Reason = metav1.ConditionUnknown, "AwaitingReconciliation"
+		}
+	}
+	if err := api.Client.Status().Update(ctx, &nc); err != nil {
+		t.Fatal(err)
+	}
+	// Within the registration grace: launching, nothing trips.
+	clk.Add(5 * time.Minute)
+	if err := rec.EvaluateBreakers(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if bs := breakerState(t, st); len(bs.Cohorts) != 0 {
+		t.Fatalf("breakers open while the replacement is still launching: %+v", bs.Cohorts)
+	}
+	clk.Add(30 * time.Minute)
+	if err := rec.EvaluateBreakers(ctx); err != nil {
+		t.Fatal(err)
+	}
+	bs := breakerState(t, st)
+	b, open := bs.Cohorts["nodepool=gpu"]
+	if !open || !slices.Contains(b.Evidence.Failing, "c1/nodeclaim/"+nc.Name) {
+		t.Fatalf("nodepool=gpu open %v, evidence %+v (all: %+v)", open, b.Evidence, bs.Cohorts)
+	}
+	ds, err := st.BreakerDecisions(ctx, 10)
+	if err != nil || len(ds) == 0 || ds[0].Cause != string(breaker.CauseReplacementFailed) || !strings.Contains(ds[0].Message, "never launched") {
+		t.Fatalf("decisions %v %+v", err, ds)
+	}
+	// Another lost GPU in the pool waits for on-call instead of a deletion.
+	e.ingest(t, "gpu-03", xid79())
+	e.reconcile(t, "gpu-03")
+	clk.Add(5 * time.Second)
+	if err := rec.EvaluateBreakers(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.reconcile(t, "gpu-03")
+	if r := e.open(t, "gpu-03"); r.State != "awaiting_approval" || r.Detail["held_by"] != "breaker" {
+		t.Fatalf("gpu-03 repair %s held by %v, want awaiting_approval by the breaker", r.State, r.Detail["held_by"])
+	}
+}
+
+func breakerState(t *testing.T, st *store.Store) breaker.State {
+	t.Helper()
+	doc, _, err := st.BreakerState(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bs breaker.State
+	if doc != nil {
+		if err := json.Unmarshal(doc, &bs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return bs
 }
