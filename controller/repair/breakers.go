@@ -123,7 +123,7 @@ func (r *Reconciler) evaluateBreakers(ctx context.Context, fleet map[string][]ku
 	}
 	var active []diagnose.Diagnosis
 	var replaced []breaker.Replaced
-	var launchFailed []breaker.Node // replacement NodeClaims that never registered a Node
+	var launchFailed []breaker.Node     // replacement NodeClaims that never registered a Node
 	infos := map[string]kube.NodeInfo{} // by decide.NodeName
 	for _, name := range r.ClusterNames() {
 		ds, err := r.cfg.Store.ActiveDiagnoses(ctx, name, "")
