@@ -185,23 +185,27 @@ func (k *Cluster) NodeClaims(ctx context.Context, now time.Time, g lifecycle.Gra
 
 // ClassifyFleet classifies the NodeClaims of one cluster's Fleet at now.
 func ClassifyFleet(cluster string, nodes []NodeInfo, claims []lifecycle.Facts, now time.Time, g lifecycle.Graces) []lifecycle.Claim {
-	byName, byProvider := make(map[string]NodeInfo, len(nodes)), make(map[string]NodeInfo, len(nodes))
-	for _, n := range nodes {
-		byName[n.Name] = n
-		if n.ProviderID != "" {
-			byProvider[n.ProviderID] = n
+	byName, byProvider := make(map[string]int, len(nodes)), make(map[string]int, len(nodes))
+	for i := range nodes {
+		byName[nodes[i].Name] = i
+		if p := nodes[i].ProviderID; p != "" {
+			byProvider[p] = i
 		}
 	}
 	out := make([]lifecycle.Claim, 0, len(claims))
 	for _, f := range claims {
-		n, ok := byName[f.NodeName]
+		i, ok := byName[f.NodeName]
 		if !ok && f.ProviderID != "" {
-			n, ok = byProvider[f.ProviderID]
+			i, ok = byProvider[f.ProviderID]
 		}
-		c := lifecycle.Classify(f, ok, n.Deleting, now, g)
+		var deleting time.Time
+		if ok {
+			deleting = nodes[i].Deleting
+		}
+		c := lifecycle.Classify(f, ok, deleting, now, g)
 		c.Cluster = cluster
 		if c.Node == "" && ok {
-			c.Node = n.Name
+			c.Node = nodes[i].Name
 		}
 		out = append(out, c)
 	}
