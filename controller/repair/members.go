@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/fleetrepair/fleetrepair/controller/kube"
 )
 
@@ -67,7 +69,9 @@ func (r *Reconciler) RemoveCluster(name string) {
 	r.cfg.Events.Forget(m.k)
 	r.mu.Lock()
 	delete(r.clusters, name)
+	delete(r.claims, name)
 	r.mu.Unlock()
+	r.claimGauge.DeletePartialMatch(prometheus.Labels{"cluster": name})
 	r.log.Info("stopped serving cluster", "cluster", name)
 }
 

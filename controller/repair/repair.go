@@ -32,6 +32,7 @@ import (
 	"github.com/fleetrepair/fleetrepair/controller/diagnose"
 	"github.com/fleetrepair/fleetrepair/controller/kube"
 	"github.com/fleetrepair/fleetrepair/controller/ledger"
+	"github.com/fleetrepair/fleetrepair/controller/lifecycle"
 	"github.com/fleetrepair/fleetrepair/controller/policy"
 	"github.com/fleetrepair/fleetrepair/controller/store"
 )
@@ -99,6 +100,9 @@ type Config struct {
 	// Nodes and NodeClaims: quarantine, deletion and every hold (nil:
 	// none; the diagnoses' own Events are written regardless).
 	Events *kube.Events
+	// Lifecycle are the graces after which a NodeClaim in a transitional
+	// lifecycle state is stuck (zero fields: lifecycle.DefaultGraces).
+	Lifecycle lifecycle.Graces
 	// Crash is fault injection for the HA tests: when it returns true at a
 	// named point ("after-begin-deletion", "after-delete-call") the
 	// reconciler stops right there, as a killed process would. Nil in
@@ -146,6 +150,9 @@ type Reconciler struct {
 	// stuckTold is, per cluster, the NodeClaims TellStuck told and in which
 	// stuck state.
 	stuckTold map[string]map[string]string
+	// claims holds each cluster's classified NodeClaims of the last pass.
+	claims     map[string]claimSnapshot
+	claimGauge *prometheus.GaugeVec
 
 	breakersOpen       prometheus.Gauge
 	timeToReplace      prometheus.Histogram
@@ -230,10 +237,11 @@ func New(cfg Config) (*Reconciler, error) {
 		replacementsFailed: prometheus.NewCounter(prometheus.CounterOpts{Name: "fleetrepair_replacements_failed_total",
 			Help: "Replacements not Ready and healthy within the verify timeout."}),
 		nodeConditions: newConditionsGauge(),
+		claimGauge:     nodeClaimGauge(),
 	}
 	var qm workqueue.MetricsProvider
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{r.reconciles, r.deletions, r.transitions, r.breakersOpen, r.timeToReplace, r.replacementsFailed, r.forwardDropped, r.nodeConditions,
+		for _, c := range []prometheus.Collector{r.reconciles, r.deletions, r.transitions, r.breakersOpen, r.timeToReplace, r.replacementsFailed, r.forwardDropped, r.nodeConditions, r.claimGauge,
 			newLeaderCollector(r)} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("register repair metrics: %w", err)
@@ -322,6 +330,12 @@ func (r *Reconciler) ReconcileNode(ctx context.Context, cluster, node string) er
 		return err
 	}
 	head := diagnose.Headline(ds)
+	if head.Severity == catalog.SeverityCondition && !hasOpen && leaving(info.Lifecycle(now, r.cfg.Lifecycle)) {
+		// Already leaving: Karpenter drains and removes it. A repair would
+		// only send a second delete (c27); the diagnoses and their Events
+		// stay visible.
+		return r.recordEvents(ctx, k, node, events, now)
+	}
 	if head.Severity != catalog.SeverityCondition {
 		err = r.healthy(ctx, k, node, head, open, hasOpen, now)
 	} else {

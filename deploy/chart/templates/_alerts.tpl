@@ -76,6 +76,13 @@ groups:
         annotations:
           summary: '{{ `{{ $value | printf "%.0f" }}` }} NodeClaim replacements did not become Ready and healthy within the verify timeout in the last hour.'
           runbook_url: {{ $url }}/FleetRepairReplacementsFailing.md
+      - alert: FleetRepairNodeClaimsStuck
+        expr: max by (cluster, state) (fleetrepair_nodeclaims{ {{- $ns }}, state=~"stuck-terminating|not-registered|no-node|not-initialized"}) > 0
+        for: 30m
+        labels: {severity: warning}
+        annotations:
+          summary: '{{ `{{ $value | printf "%.0f" }}` }} NodeClaims of cluster {{ "{{ $labels.cluster }}" }} are {{ "{{ $labels.state }}" }} past their grace; the Karpenter lifecycle is stuck (not a health fault: fleetrepair repairs nothing and deletes nothing for it).'
+          runbook_url: {{ $url }}/FleetRepairNodeClaimsStuck.md
       - alert: FleetRepairDeletionBudgetExhausted
         expr: max by (cluster, nodepool, budget) (fleetrepair_deletion_budget_remaining{ {{- $ns }}, budget=~"deletions_per_hour|nodepool_deletions_per_hour"}) == 0
         for: 5m
