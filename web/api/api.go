@@ -170,7 +170,7 @@ func (s *server) routes() http.Handler {
 	r.Use(middleware.RequestID, middleware.Recoverer, middleware.ClientIPFromRemoteAddr, securityHeaders)
 	r.Get("/livez", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	r.Get("/readyz", s.readyz)
-	r.Handle("/metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))
+	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))
 	r.Route("/api/v1", func(r chi.Router) {
 		// Ingest is not under the per-source limit: 10,000 agents behind one
 		// NAT, proxy or load balancer share a source address, and the load
@@ -179,6 +179,7 @@ func (s *server) routes() http.Handler {
 		// uncached tokens per source (VerifyRPS), and ingest as a whole by
 		// MaxIngestInFlight.
 		r.With(sameOriginJSON).Post("/reports", s.ingest)
+		r.Get("/openapi.json", serveOpenAPI) // every route here is in it (openapi_test.go)
 		r = r.With(s.sourceLimit())
 		r.Get("/repairs", s.listRepairs)
 		r.Get("/repairs/{id}", s.getRepair)
