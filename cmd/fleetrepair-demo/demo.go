@@ -2,13 +2,11 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"io/fs"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"sort"
 	"strings"
@@ -430,9 +428,11 @@ func checkScenarios(ctx context.Context, ctrl *runner.Controller, sim *karpenter
 				p("FAIL: %d zone-outage nodes replaced before the on-call decided", early)
 			}
 			p("on-call: all 7 zone repairs are held by the breaker; resuming it (the AZ is healthy again)")
-			body := []byte(`{"cohort":"zone=` + zoneOutage + `","reason":"demo: AZ recovered, replace the broken nodes"}`)
-			var out json.RawMessage
-			if err := apiclient.Call(ctx, http.MethodPost, ctrl.URL+"/api/v1/breakers/resume", demoOperatorToken, body, &out); err != nil {
+			c, err := apiclient.New(ctrl.URL, apiclient.Options{Token: demoOperatorToken})
+			if err != nil {
+				return fmt.Errorf("demo on-call: %w", err)
+			}
+			if _, err := c.Resume(ctx, "zone="+zoneOutage, "demo: AZ recovered, replace the broken nodes"); err != nil {
 				return fmt.Errorf("demo on-call: resume breaker: %w", err)
 			}
 			resumedAt = time.Now()

@@ -257,8 +257,19 @@ func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write([]byte("ok\n"))
 }
 
+// TokenHeader carries an operator's (or agent's) token when Authorization
+// cannot: the Kubernetes API server's service proxy (the CLI's kubeconfig
+// contexts, docs/cli.md) authenticates the caller by Authorization and
+// drops it before proxying. Authorization wins when both are sent. A
+// browser cannot send it cross-site without a CORS preflight, which this
+// API never answers.
+const TokenHeader = "X-Fleetrepair-Token"
+
 func bearer(r *http.Request) string {
-	tok, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || strings.TrimSpace(tok) == "" {
+		tok = r.Header.Get(TokenHeader)
+	}
 	return strings.TrimSpace(tok)
 }
 
