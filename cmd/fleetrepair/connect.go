@@ -3,8 +3,8 @@ package main
 import (
 	"bytes"
 	"errors"
-	"io"
 	"fmt"
+	"io"
 	"io/fs"
 	"net/http"
 	"net/url"
