@@ -140,9 +140,9 @@ func writeBreakers(w io.Writer, v api.BreakerView, a api.Approvals, again string
 		fmt.Fprintf(w, "KILL SWITCH ON since %s (%s ago) by %s: %s\nNo NodeClaim is deleted anywhere until it is off.\n\n", ts(st.KillSwitch.Since),
 			age(now.Sub(st.KillSwitch.Since)), st.KillSwitch.Actor, st.KillSwitch.Reason)
 	}
-	holding := map[string]int{}
+	holding := map[string]int{} // open cohort -> held repairs
 	for _, g := range a.Groups {
-		if g.HeldBy == "breaker" {
+		if _, open := st.Open(g.Cohort); g.HeldBy == "breaker" && open {
 			holding[g.Cohort] += len(g.Repairs)
 		}
 	}
@@ -182,7 +182,7 @@ func writeBreakers(w io.Writer, v api.BreakerView, a api.Approvals, again string
 		fmt.Fprintf(w, "To release it (admin): fleetrepair breakers resume %s --reason 'WHY'%s\n", quote(rows[0].cohort), again)
 	}
 	if other := a.Total - sum(holding); other > 0 {
-		fmt.Fprintf(w, "\n%d more repair(s) await approval for other reasons: fleetrepair repairs list --state awaiting_approval%s\n", other, again)
+		fmt.Fprintf(w, "\n%d repair(s) await approval not held by an open breaker: fleetrepair repairs list --state awaiting_approval%s\n", other, again)
 	}
 	ds := v.Decisions
 	if !wide && len(ds) > 10 {

@@ -236,7 +236,7 @@ func (c *connection) client() (*apiclient.Client, target, error) {
 	if err != nil {
 		return nil, t, err
 	}
-	cl, err := apiclient.New(t.server, apiclient.Options{Token: t.token, HTTPClient: t.http})
+	cl, err := apiclient.New(t.server, apiclient.Options{Token: t.token, HTTPClient: t.http, Proxied: t.http != nil})
 	return cl, t, err
 }
 

@@ -47,6 +47,11 @@ type Options struct {
 	HTTPClient *http.Client
 	// Timeout bounds each call but the shadow report (default DefaultTimeout).
 	Timeout time.Duration
+	// Proxied: the server is reached through a proxy that authenticates the
+	// caller by Authorization itself and drops it (the Kubernetes API
+	// server's service proxy, HTTPClient carrying its credentials); Token
+	// then travels in api.TokenHeader only.
+	Proxied bool
 }
 
 // Client calls one controller's API.
@@ -71,10 +76,13 @@ func New(server string, o Options) (*Client, error) {
 	}
 	opts := []oapi.ClientOption{oapi.WithHTTPClient(boundedDoer{hc})}
 	if o.Token != "" {
-		tok := o.Token
+		tok, proxied := o.Token, o.Proxied
 		opts = append(opts, oapi.WithRequestEditorFn(func(_ context.Context, req *http.Request) error {
-			req.Header.Set("Authorization", "Bearer "+tok)
-			req.Header.Set(api.TokenHeader, tok) // survives the Kubernetes API server's proxy, which drops Authorization
+			if proxied {
+				req.Header.Set(api.TokenHeader, tok)
+			} else {
+				req.Header.Set("Authorization", "Bearer "+tok)
+			}
 			return nil
 		}))
 	}
