@@ -240,6 +240,19 @@ contexts:
 		t.Errorf("empty list: %q", out)
 	}
 
+	// nodes: health in words, the agent's silence, the open repair.
+	out = mustCLI(t, "nodes", "list", "--name", "z1-")
+	wantAll(t, "nodes list", out, "NODE", "HEALTH", "WHY", "AGENT SEEN", "c1/z1-0", "unknown", "2h ago", fmt.Sprintf("%d awaiting_approval", f.held["z1-0"]))
+	if strings.Contains(out, "z2-") {
+		t.Errorf("nodes list --name z1- lists z2 nodes:\n%s", out)
+	}
+	wantAll(t, "nodes list -o wide", mustCLI(t, "nodes", "list", "-o", "wide", "--limit", "1"), "NODEPOOL", "ZONE", "gpu", "z1",
+		"more nodes exist: next page with", "fleetrepair nodes list --limit 1 --output wide --cursor ")
+	wantAll(t, "nodes show", mustCLI(t, "nodes", "show", "c1/z1-0"), "Node c1/z1-0  unknown", "NodePool: gpu  zone: z1", "Repairs (1):", "breaker", "Findings: 1")
+	if _, _, err := cli("nodes", "show", "z1-0"); err == nil || !strings.Contains(err.Error(), "want CLUSTER/NODE") {
+		t.Errorf("nodes show without the cluster: %v", err)
+	}
+
 	// repairs show on a held repair says what holds it and exactly how to decide.
 	id := f.held["z1-2"]
 	out = mustCLI(t, "repairs", "show", fmt.Sprint(id), "--context", "prod")
@@ -415,8 +428,8 @@ func TestEveryCommandSaysWhatItDoes(t *testing.T) {
 	var walk func(c *cobra.Command)
 	root := &cobra.Command{Use: "fleetrepair"}
 	root.AddCommand(newControllerCmd(), newMigrateCmd(), newDiagnoseCmd(), newRepairsCmd(), newDecisionCmd("approve"), newDecisionCmd("reject"),
-		newBreakersCmd(), newSimulateCmd(), newShadowCmd())
-	client := map[string]bool{"repairs": true, "approve": true, "reject": true, "breakers": true, "shadow": true}
+		newBreakersCmd(), newNodesCmd(), newSimulateCmd(), newShadowCmd())
+	client := map[string]bool{"repairs": true, "approve": true, "reject": true, "breakers": true, "nodes": true, "shadow": true}
 	walk = func(c *cobra.Command) {
 		top := c
 		for top.HasParent() && top.Parent() != root {

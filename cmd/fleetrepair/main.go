@@ -7,6 +7,7 @@
 //	approve      approve a repair awaiting approval (approver token)
 //	reject       reject a repair awaiting approval (approver token)
 //	breakers     list breakers with their evidence; resume one, or the kill switch (admin token)
+//	nodes        list nodes with their health; show one (API)
 //	simulate     replay fleet scenarios through the real policy and two baselines
 //	shadow       what the current policy would have done with the stored findings (API)
 //
@@ -52,7 +53,7 @@ func run(ctx context.Context, args []string, in io.Reader, out, errOut io.Writer
 	root.SetIn(in)
 	root.SetOut(out)
 	root.SetErr(errOut)
-	root.AddCommand(newControllerCmd(), newMigrateCmd(), newDiagnoseCmd(), newRepairsCmd(), newDecisionCmd("approve"), newDecisionCmd("reject"), newBreakersCmd(), newSimulateCmd(), newShadowCmd())
+	root.AddCommand(newControllerCmd(), newMigrateCmd(), newDiagnoseCmd(), newRepairsCmd(), newDecisionCmd("approve"), newDecisionCmd("reject"), newBreakersCmd(), newNodesCmd(), newSimulateCmd(), newShadowCmd())
 	return root.ExecuteContext(ctx)
 }
 
