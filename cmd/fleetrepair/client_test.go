@@ -239,6 +239,15 @@ contexts:
 	if out := mustCLI(t, "repairs", "list", "--state", "rejected"); !strings.Contains(out, "No repairs match.") {
 		t.Errorf("empty list: %q", out)
 	}
+	if out := mustCLI(t, "repairs", "list", "--since", "1h"); !strings.Contains(out, "No repairs match.") {
+		t.Errorf("--since 1h (every repair opened 2h ago): %q", out)
+	}
+	if _, _, err := cli("repairs", "list", "--since", "3h", "--until", "2026-01-01T00:00:00Z"); err == nil || !strings.Contains(err.Error(), "400 Bad Request: invalid query: since: must be before until") {
+		t.Errorf("an until before since: %v", err)
+	}
+	if n := len(rows(mustCLI(t, "repairs", "list", "--since", "3h"))); n != 9 {
+		t.Errorf("--since 3h: %d repairs, want 9", n)
+	}
 
 	// nodes: health in words, the agent's silence, the open repair.
 	out = mustCLI(t, "nodes", "list", "--name", "z1-")

@@ -172,6 +172,12 @@ func answer[T any, R response[T]](r R, err error) (T, error) {
 	}
 	if eb := r.GetJSONDefault(); eb != nil {
 		e.Body = *eb
+	} else if b := strings.TrimSpace(string(r.GetBody())); b != "" {
+		// Not the API's envelope: a proxy or load balancer in between answered.
+		if len(b) > 200 {
+			b = b[:200] + "..."
+		}
+		e.Body.Message = b
 	}
 	if e.StatusCode == http.StatusOK {
 		return zero, fmt.Errorf("%s %s: 200 without a JSON body", e.Method, e.URL)
@@ -210,10 +216,12 @@ func (c *Client) Repairs(ctx context.Context, q RepairQuery) (api.RepairPage, er
 	defer cancel()
 	p := &oapi.ListRepairsParams{Cluster: opt(q.Cluster), Node: opt(q.Node), State: opt(q.State), Reason: opt(q.Reason), Cursor: opt(q.Cursor)}
 	if !q.Since.IsZero() {
-		p.Since = &q.Since
+		t := q.Since.UTC()
+		p.Since = &t
 	}
 	if !q.Until.IsZero() {
-		p.Until = &q.Until
+		t := q.Until.UTC()
+		p.Until = &t
 	}
 	if q.Limit > 0 {
 		p.Limit = &q.Limit
