@@ -361,7 +361,7 @@ contexts:
     context: {cluster: prod-cluster, user: nobody}
 `, apiserver.URL, base64.StdEncoding.EncodeToString(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: apiserver.Certificate().Raw}))))
 
-	out := mustCLI(t, "repairs", "list", "--kube-context", "prod-admin", "--state", "awaiting_approval")
+	out := mustCLI(t, "repairs", "list", "--kube-context", "prod-admin", "--state", "awaiting_approval", "--token", "viewer-token")
 	wantAll(t, "repairs list through the API server", out, "c1/z1-0", "breaker zone=z1")
 	if proxied == 0 {
 		t.Fatal("nothing went through the API server's proxy")
