@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io"
 	"sort"
-	"strconv"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -70,22 +68,9 @@ operator token of the viewer role or above.
 	return cmd
 }
 
-// rangeTime reads an RFC 3339 time, or a duration before now: a Go
-// duration (90m, 168h) or whole days (7d).
-func rangeTime(s string, now time.Time) (time.Time, error) {
-	if t, err := time.Parse(time.RFC3339, s); err == nil {
-		return t, nil
-	}
-	d, err := time.ParseDuration(s)
-	if days, ok := strings.CutSuffix(s, "d"); ok && err != nil {
-		n, nerr := strconv.Atoi(days)
-		d, err = time.Duration(n)*24*time.Hour, nerr
-	}
-	if err != nil || d < 0 {
-		return time.Time{}, fmt.Errorf("%q: want an RFC 3339 time (2026-11-23T12:00:00Z) or a duration before now (168h, 7d)", s)
-	}
-	return now.Add(-d), nil
-}
+// rangeTime reads an RFC 3339 time, or a duration before now
+// (shadow.RangeTime: the dashboard's shadow page reads bounds the same way).
+func rangeTime(s string, now time.Time) (time.Time, error) { return shadow.RangeTime(s, now) }
 
 func writeShadowTable(w io.Writer, rep *shadow.Report) error {
 	ts := func(t time.Time) string { return t.UTC().Format(time.RFC3339) }

@@ -198,7 +198,7 @@ func TestOpenAPIResponses(t *testing.T) {
 
 	for _, path := range []string{"/livez", "/readyz", "/metrics", "/api/v1/openapi.json", "/api/v1/repairs?limit=1", "/api/v1/repairs?limit=0",
 		"/api/v1/repairs/1", "/api/v1/repairs/999", "/api/v1/nodes?limit=2", "/api/v1/nodes/c1/n1", "/api/v1/fleet", "/api/v1/approvals",
-		"/api/v1/stats?days=3", "/api/v1/reasons", "/api/v1/clusters", "/api/v1/breakers", "/api/v1/shadow?since=2026-01-01T00:00:00Z"} {
+		"/api/v1/stats?days=3", "/api/v1/reasons", "/api/v1/clusters", "/api/v1/breakers", "/api/v1/shadow?since=2026-01-01T00:00:00Z", "/api/v1/events"} {
 		req, _ := http.NewRequest(http.MethodGet, srv.URL+path, nil)
 		req.Header.Set("Authorization", "Bearer viewer-token") // reads may need a viewer
 		resp, err := http.DefaultClient.Do(req)

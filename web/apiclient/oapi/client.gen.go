@@ -181,6 +181,18 @@ type RepairID = int64
 // Error defines model for Error.
 type Error = ErrorBody
 
+// StreamEventsParams defines parameters for StreamEvents.
+type StreamEventsParams struct {
+	// After replay after this event id (first connect)
+	After *int64 `form:"after,omitempty" json:"after,omitempty"`
+
+	// Types comma-separated types to keep: repair, diagnosis, breaker, node
+	Types *string `form:"types,omitempty" json:"types,omitempty"`
+
+	// LastEventID the id of the last event received
+	LastEventID *string `json:"Last-Event-ID,omitempty"`
+}
+
 // ListNodesParams defines parameters for ListNodes.
 type ListNodesParams struct {
 	Cluster  *string `form:"cluster,omitempty" json:"cluster,omitempty"`
@@ -372,6 +384,18 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /api/v1/clusters (the `ListClusters` operationId).
 	ListClusters(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// StreamEvents the live feed as Server-Sent Events (repair transitions, diagnoses, breaker changes, node health), across replicas
+	//
+	// One SSE event per change: `id:` the event id, `event:` its type (repair,
+	// diagnosis, breaker, node), `data:` the JSON object {id, at, type, cluster,
+	// node, data}. Reconnect with Last-Event-ID (or ?after=ID on a first connect)
+	// to replay what came after it; an id too old to replay gets one `reset`
+	// event ({reason, position}): reload with the GET routes and go on from
+	// position. 503 without a live feed; 429 when the replica has too many streams.
+	//
+	// Corresponds with GET /api/v1/events (the `StreamEvents` operationId).
+	StreamEvents(ctx context.Context, params *StreamEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetFleet what the fleet is doing now (clusters, NodePools, breakers, budgets, deletions in flight)
 	//
@@ -598,6 +622,28 @@ func (c *Client) ResumeBreaker(ctx context.Context, body ResumeBreakerJSONReques
 // Corresponds with GET /api/v1/clusters (the `ListClusters` operationId).
 func (c *Client) ListClusters(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewListClustersRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// StreamEvents the live feed as Server-Sent Events (repair transitions, diagnoses, breaker changes, node health), across replicas
+//
+// One SSE event per change: `id:` the event id, `event:` its type (repair,
+// diagnosis, breaker, node), `data:` the JSON object {id, at, type, cluster,
+// node, data}. Reconnect with Last-Event-ID (or ?after=ID on a first connect)
+// to replay what came after it; an id too old to replay gets one `reset`
+// event ({reason, position}): reload with the GET routes and go on from
+// position. 503 without a live feed; 429 when the replica has too many streams.
+//
+// Corresponds with GET /api/v1/events (the `StreamEvents` operationId).
+func (c *Client) StreamEvents(ctx context.Context, params *StreamEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewStreamEventsRequest(c.Server, params)
 	if err != nil {
 		return nil, err
 	}
@@ -1065,6 +1111,87 @@ func NewListClustersRequest(server string) (*http.Request, error) {
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewStreamEventsRequest constructs an http.Request for the StreamEvents method
+func NewStreamEventsRequest(server string, params *StreamEventsParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/events")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.After != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "after", *params.After, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Types != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "types", *params.Types, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.LastEventID != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Last-Event-ID", *params.LastEventID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Last-Event-ID", headerParam0)
+		}
+
 	}
 
 	return req, nil
@@ -1914,6 +2041,20 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /api/v1/clusters (the `ListClusters` operationId).
 	ListClustersWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListClustersResponse, error)
 
+	// StreamEventsWithResponse the live feed as Server-Sent Events (repair transitions, diagnoses, breaker changes, node health), across replicas
+	//
+	// One SSE event per change: `id:` the event id, `event:` its type (repair,
+	// diagnosis, breaker, node), `data:` the JSON object {id, at, type, cluster,
+	// node, data}. Reconnect with Last-Event-ID (or ?after=ID on a first connect)
+	// to replay what came after it; an id too old to replay gets one `reset`
+	// event ({reason, position}): reload with the GET routes and go on from
+	// position. 503 without a live feed; 429 when the replica has too many streams.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/events (the `StreamEvents` operationId).
+	StreamEventsWithResponse(ctx context.Context, params *StreamEventsParams, reqEditors ...RequestEditorFn) (*StreamEventsResponse, error)
+
 	// GetFleetWithResponse what the fleet is doing now (clusters, NodePools, breakers, budgets, deletions in flight)
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -2294,6 +2435,47 @@ func (r ListClustersResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r ListClustersResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type StreamEventsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r StreamEventsResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r StreamEventsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r StreamEventsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r StreamEventsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r StreamEventsResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -3076,6 +3258,26 @@ func (c *ClientWithResponses) ListClustersWithResponse(ctx context.Context, reqE
 	return ParseListClustersResponse(rsp)
 }
 
+// StreamEventsWithResponse the live feed as Server-Sent Events (repair transitions, diagnoses, breaker changes, node health), across replicas
+//
+// One SSE event per change: `id:` the event id, `event:` its type (repair,
+// diagnosis, breaker, node), `data:` the JSON object {id, at, type, cluster,
+// node, data}. Reconnect with Last-Event-ID (or ?after=ID on a first connect)
+// to replay what came after it; an id too old to replay gets one `reset`
+// event ({reason, position}): reload with the GET routes and go on from
+// position. 503 without a live feed; 429 when the replica has too many streams.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/events (the `StreamEvents` operationId).
+func (c *ClientWithResponses) StreamEventsWithResponse(ctx context.Context, params *StreamEventsParams, reqEditors ...RequestEditorFn) (*StreamEventsResponse, error) {
+	rsp, err := c.StreamEvents(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseStreamEventsResponse(rsp)
+}
+
 // GetFleetWithResponse what the fleet is doing now (clusters, NodePools, breakers, budgets, deletions in flight)
 //
 // Returns a wrapper object for the known response body format(s).
@@ -3482,6 +3684,32 @@ func ParseListClustersResponse(rsp *http.Response) (*ListClustersResponse, error
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseStreamEventsResponse parses an HTTP response from a StreamEventsWithResponse call
+func ParseStreamEventsResponse(rsp *http.Response) (*StreamEventsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &StreamEventsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest Error
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
