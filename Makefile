@@ -30,13 +30,14 @@ test: kube-tools
 test-race:
 	$(GO) test -race -count=1 ./agent/... ./controller/...
 
-## generate: Go constants and docs/reasons.md from controller/catalog/reasons.yaml
+## generate: Go constants and docs/reasons.md from controller/catalog/reasons.yaml; the API's Go
+## client (web/apiclient/oapi/client.gen.go) from web/api/openapi.yaml with oapi-codegen (go.mod's tool)
 generate:
-	$(GO) generate ./controller/catalog
+	$(GO) generate ./controller/catalog ./web/apiclient/oapi
 
 ## verify: formatting, vet, and generated files up to date (the agent's import rule is a test: test/importrule)
 verify: fmt vet
-	@$(GO) test -count=1 -run 'TestGeneratedFilesUpToDate' ./controller/catalog >/dev/null || { echo "generated files drifted: run make generate"; exit 1; }
+	@$(GO) test -count=1 -run 'TestGeneratedFilesUpToDate' ./controller/catalog ./web/apiclient/oapi >/dev/null || { echo "generated files drifted: run make generate"; exit 1; }
 
 fmt:
 	@out="$$(gofmt -l . )"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -2,13 +2,11 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"io/fs"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"sort"
 	"strings"
@@ -453,9 +451,11 @@ func checkScenarios(ctx context.Context, ctrl *runner.Controller, sim *karpenter
 				p("FAIL: %d zone-outage nodes replaced before the on-call decided", early)
 			}
 			p("on-call: all 7 zone repairs are held by the breaker; resuming it (the AZ is healthy again)")
-			body := []byte(`{"cohort":"zone=` + zoneOutage + `","reason":"demo: AZ recovered, replace the broken nodes"}`)
-			var out json.RawMessage
-			if err := apiclient.Call(ctx, http.MethodPost, ctrl.URL+"/api/v1/breakers/resume", demoOperatorToken, body, &out); err != nil {
+			c, err := apiclient.New(ctrl.URL, apiclient.Options{Token: demoOperatorToken})
+			if err != nil {
+				return fmt.Errorf("demo on-call: %w", err)
+			}
+			if _, err := c.Resume(ctx, "zone="+zoneOutage, "demo: AZ recovered, replace the broken nodes"); err != nil {
 				return fmt.Errorf("demo on-call: resume breaker: %w", err)
 			}
 			resumedAt = time.Now()
@@ -603,15 +603,12 @@ func demoProblems(ctx context.Context, st *store.Store, sim *karpentersim.Sim, r
 // untimed finding is placed at an estimate of its receipt, and the zone's
 // seven failures then fall into other breaker windows.
 func shadowProblems(ctx context.Context, ctrl *runner.Controller, started time.Time) []string {
-	var rep struct {
-		Findings        int `json:"findings"`
-		UntimedFindings int `json:"untimedFindings"`
-		Trips           []struct {
-			Cohort string `json:"cohort"`
-		} `json:"trips"`
+	c, err := apiclient.New(ctrl.URL, apiclient.Options{Token: demoOperatorToken})
+	if err != nil {
+		return []string{"shadow report: " + err.Error()}
 	}
-	u := ctrl.URL + "/api/v1/shadow?since=" + started.Format(time.RFC3339)
-	if err := apiclient.Call(ctx, http.MethodGet, u, demoOperatorToken, nil, &rep); err != nil {
+	rep, err := c.Shadow(ctx, started, time.Time{})
+	if err != nil {
 		return []string{"shadow report: " + err.Error()}
 	}
 	ds, err := ctrl.Store.BreakerDecisions(ctx, 100)

@@ -16,12 +16,10 @@ import (
 
 	"github.com/fleetrepair/fleetrepair/agent/detect/joblog"
 	"github.com/fleetrepair/fleetrepair/agent/finding"
-	"github.com/fleetrepair/fleetrepair/web/api"
 )
 
 // reportJobOptions are the flags of `fleetrepair report-job`.
 type reportJobOptions struct {
-	server, token             string
 	cluster                   string
 	jobID, jobSource, jobName string
 	node                      string   // every failure's reporting node
@@ -34,6 +32,7 @@ type reportJobOptions struct {
 
 func newReportJobCmd() *cobra.Command {
 	o := reportJobOptions{jobSource: finding.JobSourceOther}
+	var conn *connection // set below, after cmd exists
 	cmd := &cobra.Command{
 		Use:   "report-job --cluster C --job-id ID --file FILE...",
 		Short: "Send a job's network failures (NCCL NET/IB completion errors) to the controller (needs a reporter token)",
@@ -67,21 +66,24 @@ Exit status: 0 sent (or printed with --dry-run), 1 refused or unreachable.`,
 			if err != nil {
 				return err
 			}
-			var buf bytes.Buffer
-			enc := json.NewEncoder(&buf)
-			enc.SetEscapeHTML(false) // NCCL's "peer 10.0.2.36<54862>" stays readable
-			enc.SetIndent("", "  ")
-			if err := enc.Encode(rep); err != nil {
-				return fmt.Errorf("encode job report: %w", err)
-			}
-			body := bytes.TrimSpace(buf.Bytes())
 			if o.dryRun {
-				_, err := fmt.Fprintf(cmd.OutOrStdout(), "%s\n", body)
+				var buf bytes.Buffer
+				enc := json.NewEncoder(&buf)
+				enc.SetEscapeHTML(false) // NCCL's "peer 10.0.2.36<54862>" stays readable
+				enc.SetIndent("", "  ")
+				if err := enc.Encode(rep); err != nil {
+					return fmt.Errorf("encode job report: %w", err)
+				}
+				_, err := cmd.OutOrStdout().Write(buf.Bytes())
 				return err
 			}
-			var res api.JobReportResponse
-			if err := postJSON(cmd.Context(), o.server+"/api/v1/job-reports", o.token, body, &res); err != nil {
+			c, t, err := conn.client()
+			if err != nil {
 				return err
+			}
+			res, err := c.JobReport(cmd.Context(), rep)
+			if err != nil {
+				return reachErr(t, err)
 			}
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "job %s: %d failures, %d findings (%d new) on %s\n", rep.Job.ID, res.Failures, res.Findings, res.Inserted, strings.Join(res.Nodes, ", "))
@@ -94,9 +96,8 @@ Exit status: 0 sent (or printed with --dry-run), 1 refused or unreachable.`,
 			return nil
 		},
 	}
+	conn = addConnectionFlags(cmd) // --token: an operator token of role reporter, approver or admin
 	f := cmd.Flags()
-	f.StringVar(&o.server, "server", serverDefault(), "controller base URL (env FLEETREPAIR_SERVER)")
-	f.StringVar(&o.token, "token", envOr("FLEETREPAIR_TOKEN", ""), "operator token of role reporter, approver or admin (env FLEETREPAIR_TOKEN)")
 	f.StringVar(&o.cluster, "cluster", "", "the cluster the job ran in (required; for a log input)")
 	f.StringVar(&o.jobID, "job-id", "", "the job run's unique ID, e.g. slurm/4242 (required; for a log input)")
 	f.StringVar(&o.jobSource, "job-source", o.jobSource, "slurm, kubeflow, ci or other")

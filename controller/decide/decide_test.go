@@ -226,6 +226,11 @@ func TestStep(t *testing.T) {
 		{"no NodeClaim: failed", decide.Repair{State: ledger.Tolerating}, cond, replace, t0, decide.Transition, ledger.Failed, "no Karpenter NodeClaim"},
 		{"dry-run says so", dry, cond, replace, t0, decide.Guard, ledger.Deleting, "dry-run: toleration window over"},
 		{"breaker-held, breaker closed: released", heldB, cond, decide.Facts{BreakerAllows: true, Drain: yes, ApprovalTTL: 24 * time.Hour}, t0, decide.Transition, ledger.Approved, "released (paced)"},
+		{"breaker-held, resumed by a human: the release names the resume", heldB, cond, decide.Facts{BreakerAllows: true, Drain: yes, ApprovalTTL: 24 * time.Hour,
+			Resumed: func() (string, string, bool) {
+				return "user:ada", "breaker zone=z1 resumed by user:ada: AZ recovered", true
+			}},
+			t0, decide.Transition, ledger.Approved, "released (paced) for re-validation after breaker zone=z1 resumed by user:ada: AZ recovered"},
 		{"breaker-held, no release left this pass", heldB, cond, decide.Facts{BreakerAllows: true, Drain: func() bool { return false }, ApprovalTTL: 24 * time.Hour}, t0, decide.Wait, "", ""},
 		{"breaker-held, breaker open", heldB, cond, decide.Facts{Drain: yes, ApprovalTTL: 24 * time.Hour}, t0, decide.Wait, "", ""},
 		{"action-held, escalated to replace: released", heldA, esc, decide.Facts{Action: catalog.ActionReplace, ApprovalTTL: 24 * time.Hour}, t0, decide.Transition, ledger.Approved, "escalated to replace (GPU lost)"},

@@ -46,6 +46,12 @@ type Facts struct {
 	// reports whether one was left; called only when a breaker-held repair
 	// may be released. Nil: none left.
 	Drain func() bool
+	// Resumed names the human resume that closed the breaker holding the
+	// repair (breaker.ResumeOf: the actor, "user:NAME", and the decision's
+	// message, "breaker zone=z1 resumed by user:ada: AZ recovered"); called
+	// only when a breaker-held repair is released, for its audit. Nil or ok
+	// false: the breaker closed by itself (cool-down).
+	Resumed func() (actor, message string, ok bool)
 }
 
 // NeedsBreakers reports whether Step reads Facts.BreakerAllows for r, so a
@@ -158,6 +164,13 @@ func Step(r Repair, head diagnose.Diagnosis, f Facts, now time.Time) Next {
 			}
 		case HeldByBreaker:
 			if f.BreakerAllows && f.Drain != nil && f.Drain() {
+				if f.Resumed != nil {
+					if actor, msg, ok := f.Resumed(); ok {
+						n := released("released (paced) for re-validation after " + msg)
+						n.Detail["resumed_by"], n.Set["resumed_by"] = actor, actor
+						return n
+					}
+				}
 				return released("the breaker holding this repair closed; released (paced) for re-validation")
 			}
 		}

@@ -317,6 +317,25 @@ func (r *Reconciler) breakerAllows(ctx context.Context, node heldNode) (bool, st
 	return ok, why, nil
 }
 
+// resumeOf names the human resume that released node's breaker hold since
+// heldAt (breaker.ResumeOf over the newest 100 breaker decisions): its actor
+// and message, for the released repair's audit. A failed read is logged and
+// reported as no resume: the release itself does not wait on it.
+func (r *Reconciler) resumeOf(ctx context.Context, node heldNode, heldAt time.Time) (actor, message string, ok bool) {
+	rows, err := r.cfg.Store.BreakerDecisions(ctx, 100)
+	if err != nil {
+		r.log.WarnContext(ctx, "read breaker decisions for a released repair's audit", "cluster", node.cluster, "err", err)
+		return "", "", false
+	}
+	ds := make([]breaker.Decision, 0, len(rows))
+	for _, d := range rows {
+		ds = append(ds, breaker.Decision{At: d.At, Scope: breaker.Scope(d.Scope), Cohort: d.Cohort, Cause: breaker.Cause(d.Cause),
+			Actor: d.Actor, Message: d.Message})
+	}
+	d, ok := breaker.ResumeOf(ds, r.breakerNode(node.cluster, node.info, node.agent), heldAt)
+	return d.Actor, d.Message, ok
+}
+
 // recentReplacements lists a cluster's repairs that deleted a NodeClaim
 // (executed action replace, not dry run) within three replacement cycles,
 // for breaker.ReplacementFailure; Pool is decide.NodeName(cluster,

@@ -497,6 +497,7 @@ func (r *Reconciler) advance(ctx context.Context, k *kube.Cluster, info kube.Nod
 				return err
 			}
 			f.BreakerAllows = ok
+			f.Resumed = func() (string, string, bool) { return r.resumeOf(ctx, sn, row.Since) }
 		}
 		next, err := r.carry(ctx, k, sn, rp, decide.Step(row, head, f, now), now)
 		if err != nil {

@@ -201,7 +201,7 @@ func (s *server) routes() http.Handler {
 	r.Use(middleware.RequestID, middleware.Recoverer, middleware.ClientIPFromRemoteAddr, securityHeaders)
 	r.Get("/livez", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	r.Get("/readyz", s.readyz)
-	r.Handle("/metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))
+	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))
 	r.Route("/api/v1", func(r chi.Router) {
 		// Ingest is not under the per-source limit: 10,000 agents behind one
 		// NAT, proxy or load balancer share a source address, and the load
@@ -210,6 +210,7 @@ func (s *server) routes() http.Handler {
 		// uncached tokens per source (VerifyRPS), and ingest as a whole by
 		// MaxIngestInFlight.
 		r.With(sameOriginJSON).Post("/reports", s.ingest)
+		r.Get("/openapi.json", serveOpenAPI) // every route here is in it (openapi_test.go)
 		r = r.With(s.sourceLimit())
 		r.With(sameOriginJSON).Post("/job-reports", s.jobReport)
 		// Every read below needs a viewer when operators or a login are
@@ -294,8 +295,19 @@ func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write([]byte("ok\n"))
 }
 
+// TokenHeader carries an operator's (or agent's) token when Authorization
+// cannot: the Kubernetes API server's service proxy (the CLI's kubeconfig
+// contexts, docs/cli.md) authenticates the caller by Authorization and
+// drops it before proxying. Authorization wins when both are sent. A
+// browser cannot send it cross-site without a CORS preflight, which this
+// API never answers.
+const TokenHeader = "X-Fleetrepair-Token"
+
 func bearer(r *http.Request) string {
-	tok, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || strings.TrimSpace(tok) == "" {
+		tok = r.Header.Get(TokenHeader)
+	}
 	return strings.TrimSpace(tok)
 }
 
