@@ -17,8 +17,6 @@ import (
 	"github.com/fleetrepair/fleetrepair/web/api"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
-
 const c29 = "../../test/fixtures/cases/c29-nccl-ib-completion-error-peer/"
 
 // TestReportJob sends case c29's job logs through `fleetrepair report-job`
