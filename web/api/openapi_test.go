@@ -198,7 +198,8 @@ func TestOpenAPIResponses(t *testing.T) {
 
 	for _, path := range []string{"/livez", "/readyz", "/metrics", "/api/v1/openapi.json", "/api/v1/repairs?limit=1", "/api/v1/repairs?limit=0",
 		"/api/v1/repairs/1", "/api/v1/repairs/999", "/api/v1/nodes?limit=2", "/api/v1/nodes/c1/n1", "/api/v1/fleet", "/api/v1/approvals",
-		"/api/v1/stats?days=3", "/api/v1/reasons", "/api/v1/clusters", "/api/v1/breakers", "/api/v1/shadow?since=2026-01-01T00:00:00Z", "/api/v1/events"} {
+		"/api/v1/stats?days=3", "/api/v1/reasons", "/api/v1/clusters", "/api/v1/breakers", "/api/v1/shadow?since=2026-01-01T00:00:00Z", "/api/v1/events",
+		"/api/v1/clusters/c1/nodeclaims?state=stuck"} {
 		req, _ := http.NewRequest(http.MethodGet, srv.URL+path, nil)
 		req.Header.Set("Authorization", "Bearer viewer-token") // reads may need a viewer
 		resp, err := http.DefaultClient.Do(req)
@@ -213,6 +214,7 @@ func TestOpenAPIResponses(t *testing.T) {
 		{"/api/v1/repairs/1/approve", "approver-token", `{"reason":"again"}`}, // 409: no longer held
 		{"/api/v1/breakers/kill-switch", "admin-token", `{"on":true,"reason":"drill"}`},
 		{"/api/v1/breakers/resume", "admin-token", `{"cohort":"zone=z1","reason":"not open"}`},
+		{"/api/v1/job-reports", "approver-token", `{"schemaVersion":"v1","cluster":"c1","job":{"id":"slurm/1","source":"slurm"},"failures":[]}`},
 	} {
 		code, body := postAs(t, srv.URL+c.path, c.token, c.body)
 		if code == 0 {
