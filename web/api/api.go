@@ -342,23 +342,15 @@ func (s *server) ingest(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnsupportedMediaType, "content type must be application/json", ct, nil)
 		return
 	}
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxReportBytes))
-	dec.DisallowUnknownFields()
 	var rep finding.Report
-	if err := dec.Decode(&rep); err != nil {
+	if err := decodeStrict(w, r, MaxReportBytes, &rep); err != nil {
 		s.reports.WithLabelValues("invalid").Inc()
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
+		if limit, ok := tooLarge(err); ok {
 			writeError(w, http.StatusRequestEntityTooLarge, "report too large",
-				fmt.Sprintf("the body is over %d bytes: send fewer findings per report (the agent batches at most 1000)", tooBig.Limit), nil)
+				fmt.Sprintf("the body is over %d bytes: send fewer findings per report (the agent batches at most 1000)", limit), nil)
 			return
 		}
 		writeError(w, http.StatusBadRequest, "malformed report", err.Error(), nil)
-		return
-	}
-	if dec.More() {
-		s.reports.WithLabelValues("invalid").Inc()
-		writeError(w, http.StatusBadRequest, "malformed report", "trailing data after the JSON object", nil)
 		return
 	}
 	rep.Sanitize()

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -77,9 +76,11 @@ func (s *server) decide(to ledger.State) http.HandlerFunc {
 			return
 		}
 		var req DecisionRequest
-		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&req); err != nil {
+		if err := decodeStrict(w, r, MaxCommandBytes, &req); err != nil {
+			if limit, ok := tooLarge(err); ok {
+				writeError(w, http.StatusRequestEntityTooLarge, "decision too large", fmt.Sprintf(`the body is over %d bytes (want {"reason": "..."})`, limit), nil)
+				return
+			}
 			writeError(w, http.StatusBadRequest, "malformed decision", err.Error()+` (want {"reason": "..."})`, nil)
 			return
 		}

@@ -80,6 +80,10 @@ func TestApproveAndReject(t *testing.T) {
 		{"viewer may not approve", url(a, "approve"), "viewer-token", `{"reason":"x"}`, 403},
 		{"reason required", url(a, "approve"), "approver-token", `{"reason":"  "}`, 400},
 		{"malformed", url(a, "approve"), "approver-token", `{"why":"x"}`, 400},
+		{"trailing garbage", url(a, "approve"), "approver-token", `{"reason":"x"}garbage`, 400},
+		{"two objects", url(a, "approve"), "approver-token", `{"reason":"x"} {"reason":"y"}`, 400},
+		{"stray brace", url(a, "approve"), "approver-token", `{"reason":"x"}}`, 400},
+		{"too large", url(a, "approve"), "approver-token", `{"reason":"` + strings.Repeat("x", api.MaxCommandBytes) + `"}`, 413},
 		{"no such repair", url(999, "approve"), "approver-token", `{"reason":"x"}`, 404},
 		{"approver approves", url(a, "approve"), "approver-token", `{"reason":"GPU reset by hand failed, replace"}`, 200},
 		{"approving twice conflicts", url(a, "approve"), "approver-token", `{"reason":"again"}`, 409},
@@ -116,6 +120,9 @@ func TestBreakerActions(t *testing.T) {
 	}{
 		{"approver may not switch", "/api/v1/breakers/kill-switch", "approver-token", `{"on":true,"reason":"x"}`, 403},
 		{"on required", "/api/v1/breakers/kill-switch", "admin-token", `{"reason":"x"}`, 400},
+		{"trailing garbage is not a kill switch", "/api/v1/breakers/kill-switch", "admin-token", `{"on":true,"reason":"x"}garbage`, 400},
+		{"stray brace is not a resume", "/api/v1/breakers/resume", "admin-token", `{"cohort":"zone=a","reason":"x"}}`, 400},
+		{"too large", "/api/v1/breakers/kill-switch", "admin-token", `{"on":true,"reason":"` + strings.Repeat("x", api.MaxCommandBytes) + `"}`, 413},
 		{"resume a closed breaker", "/api/v1/breakers/resume", "admin-token", `{"cohort":"zone=a","reason":"x"}`, 409},
 		{"admin switches every repair off", "/api/v1/breakers/kill-switch", "admin-token", `{"on":true,"reason":"incident 123"}`, 200},
 	} {

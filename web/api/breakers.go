@@ -92,9 +92,11 @@ func (s *server) breakerAction(kill bool) http.HandlerFunc {
 			return
 		}
 		var req BreakerRequest
-		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&req); err != nil {
+		if err := decodeStrict(w, r, MaxCommandBytes, &req); err != nil {
+			if limit, ok := tooLarge(err); ok {
+				writeError(w, http.StatusRequestEntityTooLarge, "request too large", fmt.Sprintf("the body is over %d bytes", limit), nil)
+				return
+			}
 			writeError(w, http.StatusBadRequest, "malformed request", err.Error(), nil)
 			return
 		}

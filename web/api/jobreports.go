@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -49,20 +48,13 @@ func (s *server) jobReport(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxReportBytes))
-	dec.DisallowUnknownFields()
 	var rep finding.JobReport
-	if err := dec.Decode(&rep); err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			writeError(w, http.StatusRequestEntityTooLarge, "report too large", fmt.Sprintf("the body is over %d bytes: split the failures over several reports", tooBig.Limit), nil)
+	if err := decodeStrict(w, r, MaxReportBytes, &rep); err != nil {
+		if limit, ok := tooLarge(err); ok {
+			writeError(w, http.StatusRequestEntityTooLarge, "report too large", fmt.Sprintf("the body is over %d bytes: split the failures over several reports", limit), nil)
 			return
 		}
 		writeError(w, http.StatusBadRequest, "malformed job report", err.Error(), nil)
-		return
-	}
-	if dec.More() {
-		writeError(w, http.StatusBadRequest, "malformed job report", "trailing data after the JSON object", nil)
 		return
 	}
 	now := s.cfg.Now()
