@@ -220,7 +220,7 @@ func (s *server) routes() http.Handler {
 		r.With(sameOriginJSON).Post("/repairs/{id}/reject", s.decide(ledger.Rejected))
 		r.With(sameOriginJSON).Post("/breakers/resume", s.breakerAction(false))
 		r.With(sameOriginJSON).Post("/breakers/kill-switch", s.breakerAction(true))
-		r = r.With(s.requireViewer)
+		r = r.With(s.requireViewer, knownQuery)
 		r.Get("/repairs", s.listRepairs)
 		r.Get("/repairs/{id}", s.getRepair)
 		r.Get("/nodes", s.listNodes)
