@@ -470,3 +470,22 @@ func TestEveryCommandSaysWhatItDoes(t *testing.T) {
 	wantAll(t, "repairs show --help", help("repairs", "show"), "exact", "commands that approve or reject it")
 	wantAll(t, "repairs list --help", help("repairs", "list"), "HELD-BY", "--all", "--cursor", "--context", "--kube-context", "-o, --output")
 }
+
+// TestCLILimitOutOfRange: a --limit the API would refuse is refused before
+// any call (the client leaves a limit <= 0 out of the request, so --limit 0
+// would otherwise list a default page without a word).
+func TestCLILimitOutOfRange(t *testing.T) {
+	isolate(t)
+	for _, args := range [][]string{
+		{"repairs", "list", "--limit", "0"},
+		{"repairs", "list", "--limit", "-1"},
+		{"repairs", "list", "--limit", "501"},
+		{"nodes", "list", "--limit", "0"},
+		{"nodes", "list", "--limit", "100000"},
+	} {
+		_, _, err := cli(append(args, "--server", "http://127.0.0.1:1")...)
+		if err == nil || !strings.Contains(err.Error(), "want 1..500") || strings.Contains(err.Error(), "connection refused") {
+			t.Errorf("%v: err %v, want the limit refused before any call", args, err)
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/fleetrepair/fleetrepair/controller/store"
 	"github.com/fleetrepair/fleetrepair/web/api"
 )
 
@@ -41,6 +42,9 @@ unknown ones: after an install every node should be ok.
   fleetrepair nodes list --cluster prod-us-east-1 --nodepool gpu-h100 -o wide`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkLimit(q.Limit); err != nil {
+				return err
+			}
 			c, t, err := conn.client()
 			if err != nil {
 				return err
@@ -184,4 +188,14 @@ func writeNode(w io.Writer, d api.NodeDetail, now time.Time) {
 		writeRepairs(w, d.Repairs, nil, false, now)
 	}
 	fmt.Fprintf(w, "\nFindings: %d (fleetrepair nodes show %s/%s -o json lists them)\n", len(d.Findings), n.Cluster, n.Name)
+}
+
+// checkLimit refuses a --limit outside the API's page sizes, 1 to
+// store.MaxListLimit: the client leaves a limit of 0 or less out of the
+// request, so --limit 0 or --limit -1 would silently list a default page.
+func checkLimit(limit int) error {
+	if limit < 1 || limit > store.MaxListLimit {
+		return fmt.Errorf("--limit %d: want 1..%d (a page size)", limit, store.MaxListLimit)
+	}
+	return nil
 }

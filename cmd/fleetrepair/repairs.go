@@ -51,6 +51,9 @@ command for the next one; --all follows every page.
   fleetrepair repairs list --since 24h -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkLimit(q.Limit); err != nil {
+				return err
+			}
 			now := time.Now()
 			var err error
 			if since != "" {
