@@ -182,7 +182,7 @@ stops the controller with an error naming the variable.`,
 	f.IntVar(&flagCfg.Budgets.DeletionsPerHour, "deletions-per-hour", flagCfg.Budgets.DeletionsPerHour, "NodeClaim deletions each cluster may start per sliding hour (0 stops all; config budgets.deletionsPerHour)")
 	f.IntVar(&flagCfg.Budgets.NodePoolDeletionsPerHour, "nodepool-deletions-per-hour", flagCfg.Budgets.NodePoolDeletionsPerHour, "NodeClaim deletions each NodePool may start per sliding hour (config budgets.nodePoolDeletionsPerHour)")
 	f.IntVar(&flagCfg.Budgets.MaxInFlightPerNodePool, "max-in-flight-per-nodepool", flagCfg.Budgets.MaxInFlightPerNodePool, "NodeClaim deletions in progress at once per NodePool (config budgets.maxInFlightPerNodePool)")
-	f.StringVar(&operatorsFile, "operators-file", "", "YAML list of operators {name, role: viewer|approver|admin, tokenSHA256} allowed to approve/reject repairs (until OIDC login)")
+	f.StringVar(&operatorsFile, "operators-file", "", "YAML list of operators {name, role: viewer|approver|admin|reporter, tokenSHA256}: who may read, approve/reject repairs, resume breakers, send job reports (README, \"Who may do what\")")
 	f.BoolVar(&leaderElect, "leader-elect", false, "per-cluster leader election (Lease fleetrepair-controller) for background loops; run with it on when there is more than one replica")
 	f.StringVar(&leNamespace, "leader-elect-namespace", "", "namespace of the Lease in every cluster (env POD_NAMESPACE)")
 	f.StringVar(&leIdentity, "leader-elect-identity", "", "this replica's identity (env POD_NAME; default the host name)")
