@@ -15,6 +15,7 @@ import (
 	"context"
 	"crypto/rand"
 	"embed"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"html/template"
@@ -111,7 +112,28 @@ func Handler(cfg Config) (http.Handler, error) {
 	})
 	r.NotFound(cfg.APIHandler.ServeHTTP)
 	r.MethodNotAllowed(cfg.APIHandler.ServeHTTP)
-	return http.NewCrossOriginProtection().Handler(cfg.Sessions.Middleware(r)), nil
+	cop := http.NewCrossOriginProtection()
+	cop.SetDenyHandler(http.HandlerFunc(crossOriginDenied))
+	return cop.Handler(cfg.Sessions.Middleware(r)), nil
+}
+
+// crossOriginDenied answers a request CrossOriginProtection refuses (Origin
+// not this Host, Sec-Fetch-Site cross-site): 403 with the API's JSON error
+// envelope for /api/ paths, so an API client reads the same refusal as
+// without the dashboard mounted (web/api's own same-origin check), and
+// plain text for the pages.
+func crossOriginDenied(w http.ResponseWriter, r *http.Request) {
+	const msg = "cross-site request refused"
+	detail := fmt.Sprintf("Origin %q is not this server (%s), or Sec-Fetch-Site is %q", r.Header.Get("Origin"), r.Host, r.Header.Get("Sec-Fetch-Site"))
+	if !strings.HasPrefix(r.URL.Path, "/api/") {
+		http.Error(w, msg+": "+detail, http.StatusForbidden)
+		return
+	}
+	b, _ := json.Marshal(api.ErrorBody{Message: msg, Detail: detail})
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusForbidden)
+	_, _ = w.Write(append(b, '\n'))
 }
 
 func cacheStatic(h http.Handler) http.Handler {

@@ -2,6 +2,7 @@ package ui_test
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
@@ -196,5 +197,37 @@ func TestFleetPageShowsStuckNodeClaims(t *testing.T) {
 	}
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("fleet: %d", resp.StatusCode)
+	}
+}
+
+// TestCrossOriginRefusalIsTheAPIEnvelope: with the dashboard mounted, a
+// cross-origin POST to an API route is refused 403 in the API's JSON error
+// envelope (not net/http's plain text), and a page's POST in plain text.
+func TestCrossOriginRefusalIsTheAPIEnvelope(t *testing.T) {
+	srv, _ := newPlain(t, true)
+	for _, tc := range []struct {
+		path, contentType, body string
+		json                    bool
+	}{
+		{"/api/v1/breakers/kill-switch", "application/json", `{"on":true,"reason":"x"}`, true},
+		{"/logout", "application/x-www-form-urlencoded", "", false},
+	} {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+tc.path, strings.NewReader(tc.body))
+		req.Header.Set("Content-Type", tc.contentType)
+		req.Header.Set("Origin", "https://evil.example")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden {
+			t.Fatalf("POST %s from another origin: %d %s, want 403", tc.path, resp.StatusCode, b)
+		}
+		var eb api.ErrorBody
+		isJSON := json.Unmarshal(b, &eb) == nil && eb.Message == "cross-site request refused" && strings.Contains(eb.Detail, "evil.example")
+		if isJSON != tc.json || !strings.Contains(string(b), "cross-site request refused") {
+			t.Errorf("POST %s from another origin: %s (%s), want the JSON envelope: %v", tc.path, b, resp.Header.Get("Content-Type"), tc.json)
+		}
 	}
 }
