@@ -489,3 +489,13 @@ func TestCLILimitOutOfRange(t *testing.T) {
 		}
 	}
 }
+
+// TestMigrateRefusesAnUnknownDirection: "migrate sideways" names the
+// argument before it asks for a database.
+func TestMigrateRefusesAnUnknownDirection(t *testing.T) {
+	t.Setenv("DATABASE_URL", "")
+	_, _, err := cli("migrate", "sideways")
+	if err == nil || !strings.Contains(err.Error(), `invalid argument "sideways"`) {
+		t.Fatalf("migrate sideways: %v, want the argument refused", err)
+	}
+}

@@ -380,7 +380,7 @@ func newMigrateCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:       "migrate up|down|reset|status",
 		Short:     "Apply (up), roll back one (down), roll back all (reset) or list (status) the database migrations",
-		Args:      cobra.ExactArgs(1),
+		Args:      cobra.MatchAll(cobra.ExactArgs(1), cobra.OnlyValidArgs),
 		ValidArgs: []string{store.MigrateUp, store.MigrateDown, store.MigrateReset, store.MigrateStatus},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if dsn == "" {
