@@ -127,7 +127,7 @@ const SniffBytes = 64 * 1024
 var (
 	sniffDiag = regexp.MustCompile(`\|\s*Diagnostic\s*\|\s*Result\s*\||dcgmi diag`)
 	sniffProm = regexp.MustCompile(`(?m)^(# (HELP|TYPE) \S+|DCGM_[A-Z0-9_]+(\{|\s))`)
-	sniffSMI  = regexp.MustCompile(`(?im)Unable to determine the device handle|all links are inactive|^\s*Remapped Rows\s*$|^\s*Link \d+: (<inactive>|[0-9.]+ GB/s)|NVIDIA-SMI \d+\.\d+|^\s*(?:\$ )?nvidia-smi|^==============NVSMI LOG|^Failed to initialize NVML|^NVML library version`)
+	sniffSMI  = regexp.MustCompile(`(?im)Unable to determine the device handle|all links are inactive|^\s*Remapped Rows\s*$|^\s*Link \d+: (<inactive>|[0-9.]+ GB/s)|NVIDIA-SMI \d+\.\d+|^\s*(?:\$ )?nvidia-smi|^==============NVSMI LOG|^Failed to initialize NVML|^NVML library version|^No devices were found`)
 	// sniffKernel matches a line that is a kernel log record in one of its
 	// renderings: dmesg "[  12.345678] ..." (and -T / relative forms in
 	// brackets), /dev/kmsg "6,1234,5678,-;...", syslog or journalctl lines
