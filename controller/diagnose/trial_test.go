@@ -23,7 +23,9 @@ func TestBlindTrial(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	// now is two minutes after the heartbeats of t11's saved "describe
+	// node": the conditions are fresh then (ReadCondition).
+	now := time.Date(2026, 12, 1, 13, 0, 0, 0, time.UTC)
 	tests := []struct {
 		file, sku string
 		format    textformat.Format
@@ -56,6 +58,12 @@ func TestBlindTrial(t *testing.T) {
 		// errors; the lost GPU was read as no finding at all.
 		{file: "t09-nvsmi-unknown.txt", format: textformat.NvidiaSMI, reason: catalog.ReasonGPULost,
 			severity: catalog.SeverityCondition, action: catalog.ActionReplace, conds: 1, gpus: 1},
+		// Class: "describe node" condition rows other than Ready were not
+		// read (the file fell back to a kernel log and gave an event from
+		// the message column); now each row is a node-condition finding
+		// read by ReadCondition.
+		{file: "t11-describe-node.txt", format: textformat.RuntimeLog, reason: catalog.ReasonKernelLockup,
+			severity: catalog.SeverityCondition, action: catalog.ActionReboot, conds: 1},
 		{file: "t10-nccl-status12.log", format: textformat.JobLog, reason: catalog.ReasonNCCLNetworkError,
 			severity: catalog.SeverityEvent, action: catalog.ActionNone},
 	}
