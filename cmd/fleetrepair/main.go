@@ -9,6 +9,7 @@
 //	breakers     list breakers; resume one, or the kill switch (admin token)
 //	simulate     replay fleet scenarios through the real policy and two baselines
 //	shadow       what the current policy would have done with the stored findings (API)
+//	report-job   send a job's NCCL network failures (Slurm epilog, Kubeflow hook, CI; reporter token)
 //
 // main only wires the process: signals, streams and the exit code.
 package main
@@ -47,7 +48,7 @@ func run(ctx context.Context, args []string, in io.Reader, out, errOut io.Writer
 	root.SetIn(in)
 	root.SetOut(out)
 	root.SetErr(errOut)
-	root.AddCommand(newControllerCmd(), newMigrateCmd(), newDiagnoseCmd(), newRepairsCmd(), newDecisionCmd("approve"), newDecisionCmd("reject"), newBreakersCmd(), newSimulateCmd(), newShadowCmd())
+	root.AddCommand(newControllerCmd(), newMigrateCmd(), newDiagnoseCmd(), newRepairsCmd(), newDecisionCmd("approve"), newDecisionCmd("reject"), newBreakersCmd(), newSimulateCmd(), newShadowCmd(), newReportJobCmd())
 	return root.ExecuteContext(ctx)
 }
 
@@ -72,10 +73,7 @@ func flagsFromEnv(cmd *cobra.Command, env map[string]string) error {
 		if err != nil || f.Changed || f.Name == "help" {
 			return
 		}
-		key, ok := env[f.Name]
-		if !ok {
-			key = "FLEETREPAIR_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		}
+		key := envName(f.Name, env)
 		v, set := os.LookupEnv(key)
 		if !set {
 			return
@@ -85,6 +83,15 @@ func flagsFromEnv(cmd *cobra.Command, env map[string]string) error {
 		}
 	})
 	return err
+}
+
+// envName is the environment variable of flag name: env[name] when env
+// names one, else FLEETREPAIR_<NAME> (capitals, dashes as underscores).
+func envName(name string, env map[string]string) string {
+	if key, ok := env[name]; ok {
+		return key
+	}
+	return "FLEETREPAIR_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
 }
 
 // serverDefault is the controller URL the client commands use: env

@@ -73,6 +73,8 @@ const (
 	DefaultCeilingFraction   = 0.10
 	DefaultCeilingMinFailing = 10
 	DefaultMemory            = 24 * time.Hour
+	// DefaultReplacementFailures is Config.ReplacementFailures's default.
+	DefaultReplacementFailures = 1
 	// DefaultReplacementCycle is how long after it joins a replacement's
 	// failure of the same fault class as the repair counts as the
 	// replacement failing the same way (Signal.Replacement): the c28
@@ -138,6 +140,10 @@ type Config struct {
 	ReplacementFailures int `json:"replacementFailures"`
 }
 
+// DefaultRolloutKeys returns Config.RolloutKeys's default: the software
+// keys (driver_version, monitoring_image, kernel, image).
+func DefaultRolloutKeys() []string { return append([]string(nil), softwareKeys...) }
+
 // Keys returns the cohort keys in precedence order: the most specific cause
 // first (software versions, configured labels, zone, instance type,
 // nodepool, cluster).
@@ -184,7 +190,7 @@ func (c Config) withDefaults() Config {
 		c.Memory = DefaultMemory
 	}
 	if c.ReplacementFailures == 0 {
-		c.ReplacementFailures = 1
+		c.ReplacementFailures = DefaultReplacementFailures
 	}
 	return c
 }
@@ -784,7 +790,7 @@ func (p *Policy) replacements(now time.Time, fleet *Fleet, sig map[int32]*nodeSi
 		st.Cohorts[pool] = Breaker{Scope: ScopeCohort, Cohort: pool, Since: now, LastFailure: last[pool], Evidence: ev}
 		ds = append(ds, Decision{At: now, Scope: ScopeCohort, Cohort: pool, From: Closed, To: Open,
 			Cause: CauseReplacementFailed, Actor: Actor, Evidence: ev,
-			Message: fmt.Sprintf("breaker %s tripped: %d replacement node(s) failed the same way as the nodes they replaced (%s): the cause is not the machines",
+			Message: fmt.Sprintf("breaker %s tripped: %d replacement node(s) failed the same way as the nodes they replaced, or never launched (%s): the cause is not the machines",
 				pool, len(nodes), strings.Join(ev.Failing, ", "))})
 	}
 	return ds

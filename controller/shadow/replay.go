@@ -11,6 +11,7 @@ import (
 	"github.com/fleetrepair/fleetrepair/agent/finding"
 	"github.com/fleetrepair/fleetrepair/controller/breaker"
 	"github.com/fleetrepair/fleetrepair/controller/catalog"
+	"github.com/fleetrepair/fleetrepair/controller/config"
 	"github.com/fleetrepair/fleetrepair/controller/decide"
 	"github.com/fleetrepair/fleetrepair/controller/diagnose"
 	"github.com/fleetrepair/fleetrepair/controller/ledger"
@@ -18,9 +19,13 @@ import (
 	"github.com/fleetrepair/fleetrepair/controller/store"
 )
 
-// schemaBudget is the clusters table's default budgets, for a cluster
+// schemaBudget is the clusters table's default budgets (migrations 00001
+// and 00004, the controller configuration's defaults), for a cluster
 // without a row (nodes always have one: the store creates it on ingest).
-var schemaBudget = Budget{DeletionsPerHour: 10, MaxInFlightPerNodePool: 1, NodePoolDeletionsPerHour: DefaultNodePoolDeletionsPerHour}
+var schemaBudget = func() Budget {
+	d := config.Default().Budgets
+	return Budget{DeletionsPerHour: d.DeletionsPerHour, MaxInFlightPerNodePool: d.MaxInFlightPerNodePool, NodePoolDeletionsPerHour: d.NodePoolDeletionsPerHour}
+}()
 
 // node is one stored node during the replay. Its key, "cluster/node", is
 // the breaker's node name, as in controller/repair.
@@ -31,8 +36,12 @@ type node struct {
 	attrs              map[string]string
 	inventory          int           // GPUs in the newest heartbeat (diagnose.Input.InventoryGPUs)
 	gpus               []finding.GPU // the newest heartbeat's GPU list (diagnose.Input.Inventory)
-	joinAt             time.Time
-	joined             bool
+	// owners is the owners' word on disrupting the node, as the live
+	// deletion guard last recorded it (store.Node OptOut, DoNotDisrupt):
+	// the replay applies it to the whole range.
+	owners decide.Disruption
+	joinAt time.Time
+	joined bool
 
 	fs        []timed // every loaded finding, in the store's order (at never decreases)
 	truncated bool
@@ -52,11 +61,20 @@ type node struct {
 	gone bool
 }
 
-func newNode(sn store.Node) *node {
+// newNode is a stored node in the replay, with the cohort attributes the
+// live controller gives it (controller/repair breakerNode): its Kubernetes
+// facts, the agent's versions and the configured label cohorts (labels,
+// from the labels the store kept for it).
+func newNode(sn store.Node, labels []string) *node {
 	attrs := map[string]string{
 		breaker.KeyCluster: sn.Cluster, breaker.KeyNodePool: sn.NodePool, breaker.KeyZone: sn.Zone,
 		breaker.KeyInstanceType: sn.InstanceType, breaker.KeyKernel: sn.KernelVersion,
 		breaker.KeyDriverVersion: sn.DriverVersion,
+	}
+	for _, l := range labels {
+		if v := sn.Labels[l]; v != "" {
+			attrs[l] = v
+		}
 	}
 	inv := 0
 	var gpus []finding.GPU
@@ -64,7 +82,8 @@ func newNode(sn store.Node) *node {
 		inv, gpus = max(sn.Heartbeat.GPUCount, len(sn.Heartbeat.GPUs)), sn.Heartbeat.GPUs
 	}
 	return &node{cluster: sn.Cluster, name: sn.Name, key: sn.Cluster + "/" + sn.Name, pool: sn.NodePool,
-		hasNodeClaim: sn.NodeClaim != "", attrs: attrs, inventory: inv, gpus: gpus, joinAt: sn.CreatedAt, head: diagnose.Headline(nil)}
+		hasNodeClaim: sn.NodeClaim != "", attrs: attrs, inventory: inv, gpus: gpus, joinAt: sn.CreatedAt, head: diagnose.Headline(nil),
+		owners: decide.Disruption{OptOut: sn.OptOut, DoNotDisrupt: sn.DoNotDisrupt}}
 }
 
 func (n *node) bnode() breaker.Node { return breaker.Node{Name: n.key, Attrs: n.attrs} }
@@ -80,6 +99,7 @@ type openRepair struct {
 	approval   int       // index of its Approval in the report, -1 for none
 	releasedBy bool      // released by the controller: the breaker guard applies again
 	delayed    bool      // a budget delay was reported
+	waitingOn  string    // the owners' hold (decide.HoldDoNotDisrupt, HoldOptOut) on the deletion, "" none
 }
 
 type arrival struct {
@@ -552,6 +572,12 @@ func (r *replay) execute(n *node, rp *openRepair, g decide.Next, now time.Time) 
 	case after.Kind == decide.Transition && after.To == ledger.AwaitingApproval:
 		r.hold(n, rp, now, WhyBreaker, catalog.ActionReplace, after.Why)
 		return
+	case after.Hold == decide.HoldDoNotDisrupt || after.Hold == decide.HoldOptOut:
+		if rp.waitingOn == "" {
+			r.counts(rp.reason).OwnersHeld++
+		}
+		rp.waitingOn = after.Hold
+		return // retried on the next pass, as live
 	case err != nil:
 		return // kill switch or stale state: never in a replay
 	}
@@ -584,12 +610,13 @@ func (r *replay) guards(n *node, now time.Time, humanApproved bool) decide.Guard
 	inFlight := len(pruneBefore(r.inFlight, pool, now.Add(-r.cfg.DeletingFor)))
 	g := decide.Guards{
 		Budget: decide.Budget{DeletionsPerHour: b.DeletionsPerHour, MaxInFlightPerNodePool: b.MaxInFlightPerNodePool,
-			NodePoolDeletionsPerHour: r.nodePoolPerHour(), MinHealthy: r.cfg.Policy.MinHealthy(n.pool)},
+			NodePoolDeletionsPerHour: b.NodePoolDeletionsPerHour, MinHealthy: r.cfg.Policy.MinHealthy(n.pool)},
 		Counts: decide.Counts{Cluster: n.cluster, NodePool: n.pool,
 			DeletionsLastHour:         len(pruneBefore(r.deletedAt, n.cluster, now.Add(-time.Hour))),
 			InFlight:                  inFlight,
 			NodePoolDeletionsLastHour: len(pruneBefore(r.poolDeletedAt, pool, now.Add(-time.Hour)))},
 		Breakers: r.cfg.Breaker != nil, State: r.bstate, Node: n.bnode(), HumanApproved: humanApproved,
+		Disruption: n.owners,
 	}
 	if g.Budget.MinHealthy > 0 {
 		healthy := 0
@@ -613,11 +640,13 @@ func pruneBefore(m map[string][]time.Time, k string, cut time.Time) []time.Time 
 	return ts
 }
 
-func (r *replay) nodePoolPerHour() int {
+// nodePoolPerHour is the per-NodePool hourly budget of a cluster whose
+// stored budget is stored: Config.NodePoolDeletionsPerHour when set.
+func (r *replay) nodePoolPerHour(stored int) int {
 	if r.cfg.NodePoolDeletionsPerHour > 0 {
 		return r.cfg.NodePoolDeletionsPerHour
 	}
-	return DefaultNodePoolDeletionsPerHour
+	return stored
 }
 
 // delay records, once per repair, that a budget delayed it.
@@ -681,6 +710,8 @@ func (r *replay) finish() {
 				TolerationStartedAt: rp.tolStart, TolerationUntil: rp.tolUntil}
 			if rp.state == ledger.AwaitingApproval {
 				o.HeldBy = rp.heldBy
+			} else {
+				o.WaitingOn = rp.waitingOn
 			}
 			r.out.Open = append(r.out.Open, o)
 		}

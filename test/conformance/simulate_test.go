@@ -8,6 +8,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/fleetrepair/fleetrepair/controller/decide"
 	"github.com/fleetrepair/fleetrepair/controller/ledger"
 	"github.com/fleetrepair/fleetrepair/controller/simulate"
 )
@@ -20,17 +21,31 @@ func TestSimulator(t *testing.T) { conform(t, simulated) }
 func simulated(t *testing.T, c Case) map[string]Outcome {
 	t.Helper()
 	var b strings.Builder
-	fmt.Fprintf(&b, "scenario: conformance\nparameters: {tick: %s, end: %s, approval_ttl: %s", resync, c.End, c.approvalTTL())
-	if c.DeletionsPerHour > 0 {
-		fmt.Fprintf(&b, ", deletions_per_hour: %d", c.DeletionsPerHour)
-	}
-	b.WriteString("}\nfleet:\n  cluster: c1\n  nodepools:\n")
+	cfg := c.settings(t)
+	// The scenario sets the simulation's resolution only: the policy's
+	// settings are the configuration's (simulate.Options.Config).
+	fmt.Fprintf(&b, "scenario: conformance\nparameters: {tick: %s, end: %s}\n", resync, c.End)
+	b.WriteString("fleet:\n  cluster: c1\n  nodepools:\n")
 	for _, p := range c.Pools {
 		zones, _ := yaml.Marshal(p.Zones)
 		fmt.Fprintf(&b, "    - {name: %q, node_name_prefix: %q, zones: {%s}}\n", p.Name, p.Prefix,
 			strings.ReplaceAll(strings.TrimSpace(string(zones)), "\n", ", "))
 	}
 	b.WriteString("timeline:\n")
+	// Node labels: set at 0s, before any finding (a change step; the
+	// simulator's nodes carry them as attributes, cohorts when configured).
+	for _, n := range c.nodes() {
+		for k, v := range n.labels {
+			fmt.Fprintf(&b, "  - {at: 0s, kind: change, select: {nodes: [%q]}, set: {%q: %q}}\n", n.name, k, v)
+		}
+	}
+	for n, hold := range c.Owners { // the owners' holds are node attributes in the simulator
+		set := fmt.Sprintf("%q: \"true\"", decide.DoNotDisruptAnnotation)
+		if hold == decide.HoldOptOut {
+			set = fmt.Sprintf("%q: %q", decide.OptOutLabel, decide.OptOutDisabled)
+		}
+		fmt.Fprintf(&b, "  - {at: 0s, kind: change, select: {nodes: [%q]}, set: {%s}}\n", n, set)
+	}
 	boots := map[string]int{}
 	for _, in := range c.Inject {
 		for _, n := range in.Nodes {
@@ -61,7 +76,7 @@ func simulated(t *testing.T, c Case) map[string]Outcome {
 	if err != nil {
 		t.Fatalf("scenario:\n%s\n%v", b.String(), err)
 	}
-	res, err := simulate.Run(sc, simulate.Options{Policies: []string{simulate.PolicyFleetRepair}})
+	res, err := simulate.Run(sc, simulate.Options{Policies: []string{simulate.PolicyFleetRepair}, Config: &cfg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,6 +88,8 @@ func simulated(t *testing.T, c Case) map[string]Outcome {
 			out[o.Node] = HeldByBreaker
 		case o.State == string(ledger.AwaitingApproval):
 			out[o.Node] = HeldByAction
+		case o.WaitingOn != "":
+			out[o.Node] = Outcome("waiting:" + o.WaitingOn)
 		case o.Waiting:
 			out[o.Node] = Delayed
 		default:

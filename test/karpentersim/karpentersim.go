@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/awslabs/operatorpkg/status"
 	"github.com/google/uuid"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -35,6 +36,9 @@ type NodeSpec struct {
 	// Created, when set, is the objects' creation timestamp (the client
 	// fakes keep it; a real API server sets its own).
 	Created time.Time
+	// Labels are extra labels of the Node and its NodeClaim (a rack, an
+	// NVLink domain: the breakers' label cohorts).
+	Labels map[string]string
 }
 
 // Replacement records one NodeClaim the simulator replaced.
@@ -89,6 +93,9 @@ func (s *Sim) CreateNode(ctx context.Context, n NodeSpec) error {
 		karpv1.NodeInitializedLabelKey:   "true",
 		"fleetrepair.dev/simulated-node": "true",
 	}
+	for k, v := range n.Labels {
+		labels[k] = v
+	}
 	// A real API server assigns the UID itself; the client fakes keep the one
 	// given here.
 	nc := &karpv1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: ncName, Labels: labels,
@@ -101,6 +108,12 @@ func (s *Sim) CreateNode(ctx context.Context, n NodeSpec) error {
 	}
 	nc.Status.NodeName = n.Name
 	nc.Status.ProviderID = providerID
+	// Karpenter's lifecycle conditions of a NodeClaim whose Node came up:
+	// launched, registered and initialized (controller/lifecycle reads them).
+	for _, typ := range []string{karpv1.ConditionTypeLaunched, karpv1.ConditionTypeRegistered, karpv1.ConditionTypeInitialized} {
+		nc.Status.Conditions = append(nc.Status.Conditions, status.Condition{Type: typ, Status: metav1.ConditionTrue,
+			Reason: typ, LastTransitionTime: metav1.Now()})
+	}
 	if err := s.c.Status().Update(ctx, nc); err != nil {
 		return fmt.Errorf("update nodeclaim %s status: %w", ncName, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/fleetrepair/fleetrepair/controller/breaker"
 	"github.com/fleetrepair/fleetrepair/controller/catalog"
 	"github.com/fleetrepair/fleetrepair/controller/ledger"
+	"github.com/fleetrepair/fleetrepair/controller/lifecycle"
 	"github.com/fleetrepair/fleetrepair/controller/store"
 )
 
@@ -45,6 +47,9 @@ type Problem struct {
 	Message     string
 	Detail      string
 	Validations []string
+	// RetryAfter, when set, is sent as Retry-After (whole seconds, at
+	// least 1): a 429 or 503 the caller may retry.
+	RetryAfter time.Duration
 }
 
 func (p *Problem) Error() string {
@@ -80,6 +85,9 @@ func StatusOf(err error) int {
 func (s *server) writeErr(w http.ResponseWriter, r *http.Request, err error) {
 	var p *Problem
 	if errors.As(err, &p) {
+		if p.RetryAfter > 0 {
+			w.Header().Set("Retry-After", strconv.Itoa(max(int((p.RetryAfter+time.Second-1)/time.Second), 1)))
+		}
 		writeError(w, p.Status, p.Message, p.Detail, p.Validations)
 		return
 	}
@@ -262,6 +270,11 @@ type FleetCluster struct {
 	Nodes                    int             `json:"nodes"`
 	Failing                  int             `json:"failing"`
 	Unknown                  int             `json:"unknown"`
+	// NodeClaims counts the cluster's NodeClaims by lifecycle state and
+	// lists up to MaxFleetStuckClaims stuck ones (GET
+	// /api/v1/clusters/{cluster}/nodeclaims has them all); nil before the
+	// first periodic pass listed the cluster.
+	NodeClaims *NodeClaimList `json:"nodeClaims,omitempty"`
 }
 
 // FleetNodePool counts one NodePool's nodes by health and its open repairs.
@@ -326,6 +339,11 @@ func (sv *Service) Fleet(ctx context.Context) (Fleet, error) {
 			fc.Nodes, fc.Failing, fc.Unknown = fc.Nodes+np.Nodes, fc.Failing+np.Failing, fc.Unknown+np.Unknown
 			out.AwaitingApproval += np.AwaitingApproval
 			fc.NodePools = append(fc.NodePools, np)
+		}
+		if claims, at, ok := s.nodeClaimStates(cs.Name); ok {
+			l := nodeClaimList(cs.Name, claims, at, func(c lifecycle.Claim) bool { return c.Stuck })
+			l.Items = l.Items[:min(len(l.Items), MaxFleetStuckClaims)]
+			fc.NodeClaims = &l
 		}
 		out.Clusters = append(out.Clusters, fc)
 	}
