@@ -135,7 +135,7 @@ const (
 	AttrBlockedFor         = "blocked_for"          // hung-task: the kernel's threshold the task exceeded ("120s")
 	AttrModule             = "module"               // hung-task: kernel module of the innermost reliable stack frame with one
 	AttrModules            = "modules"              // hung-task: every kernel module on the stack, comma separated, innermost first
-	AttrCPU                = "cpu"                  // soft-lockup: the CPU number
+	AttrCPU                = "cpu"                  // soft-lockup: the CPU number; rcu-stall: the stalled CPUs, comma-separated
 	AttrStuckFor           = "stuck_for"            // soft-lockup: how long the CPU was stuck ("22s")
 	AttrFS                 = "fs"                   // filesystem-error: xfs, ext4, btrfs
 	AttrDevice             = "device"               // filesystem-error: the block device (nvme0n1p1, dm-0)
