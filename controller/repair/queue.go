@@ -9,28 +9,75 @@ import (
 	"github.com/fleetrepair/fleetrepair/controller/ledger"
 	"github.com/fleetrepair/fleetrepair/controller/store"
 	"golang.org/x/sync/errgroup"
+	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 )
 
-// Trigger asks for the node to be reconciled soon. It never blocks; the
-// work queue deduplicates: several triggers of one node before a worker
-// takes it are one reconcile, and a node is never reconciled by two workers
-// at once.
+// Priorities of the work queue (controller-runtime's priorityqueue: the
+// highest first, FIFO within one). In a zone wave the work is thousands of
+// nodes each needing about three rate-limited API writes (condition, taint,
+// Event; --kube-api-qps): one FIFO made the last node's repair open only
+// after every earlier node's writes (issue 9: 1,500 nodes, report to repair
+// opened p50 15 s, p99 27 s at 200 QPS; the lone failure elsewhere
+// deleting 15 s after its toleration ended). So:
+const (
+	// PriorityBackground: what changes nothing urgent: the informers'
+	// watches (mostly the echo of our own writes), the periodic pass (open
+	// repairs, catch-up, other agents' conditions), a heartbeat whose
+	// agent facts changed, forwarded triggers of older replicas.
+	PriorityBackground = 0
+	// PriorityFollowUp: the full reconcile (Kubernetes writes, ledger
+	// steps) of a node whose evidence was just recorded at
+	// PriorityEvidence.
+	PriorityFollowUp = 1
+	// PriorityDue: a repair whose toleration window ends now, an operator's
+	// decision (approve, reject): a deletion that is due is not kept behind
+	// a wave's quarantine writes.
+	PriorityDue = 2
+	// PriorityEvidence: a node with newly stored findings (ingest). Its
+	// reconcile is the database part only (diagnoses, repair opened:
+	// reconcile's ledgerOnly), then the node is queued again at
+	// PriorityFollowUp. Every repair of a wave opens (and the breakers are
+	// evaluated on it) before any node's API writes, and a lone failure
+	// elsewhere opens as fast as the wave's.
+	PriorityEvidence = 3
+)
+
+// Trigger asks for the node to be reconciled soon, at PriorityBackground.
+// It never blocks; the work queue deduplicates: several triggers of one
+// node before a worker takes it are one reconcile (at the highest priority
+// asked), and a node is never reconciled by two workers at once.
 // With leader election on, a node of a cluster this replica does not lead
 // is forwarded to the leader (PostgreSQL NOTIFY, batched every 50 ms).
-func (r *Reconciler) Trigger(cluster, node string) {
+func (r *Reconciler) Trigger(cluster, node string) { r.TriggerAt(cluster, node, PriorityBackground) }
+
+// TriggerFindings is Trigger for a node whose report stored new findings
+// (PriorityEvidence).
+func (r *Reconciler) TriggerFindings(cluster, node string) {
+	r.TriggerAt(cluster, node, PriorityEvidence)
+}
+
+// TriggerAt is Trigger at priority p (one of the Priority constants). A
+// forwarded trigger keeps PriorityEvidence; any other arrives at the leader
+// as PriorityBackground.
+func (r *Reconciler) TriggerAt(cluster, node string, p int) {
 	r.mu.Lock()
 	forward := r.leading != nil && !r.leading[cluster]
 	if forward {
 		if len(r.forward) < maxForward {
-			r.forward = append(r.forward, store.NodeRef{Cluster: cluster, Node: node})
+			r.forward = append(r.forward, store.NodeRef{Cluster: cluster, Node: node, Findings: p == PriorityEvidence})
 		} else {
 			r.forwardDropped.Inc() // the leader's catch-up pass still finds its findings
 		}
 	}
 	r.mu.Unlock()
 	if !forward {
-		r.queue.Add(nodeKey{cluster, node})
+		r.add(nodeKey{cluster, node}, p)
 	}
+}
+
+// add queues k at priority p.
+func (r *Reconciler) add(k nodeKey, p int) {
+	r.queue.AddWithOpts(priorityqueue.AddOpts{Priority: &p}, k)
 }
 
 // maxForward bounds the nodes waiting to be forwarded to other replicas.
@@ -75,7 +122,11 @@ func (r *Reconciler) forwardLoop(ctx context.Context) error {
 func (r *Reconciler) listen(ctx context.Context) error {
 	return r.cfg.Store.ListenReconcile(ctx, func(n store.NodeRef) {
 		if r.leads(n.Cluster) {
-			r.queue.Add(nodeKey{n.Cluster, n.Node})
+			p := PriorityBackground
+			if n.Findings {
+				p = PriorityEvidence
+			}
+			r.add(nodeKey{n.Cluster, n.Node}, p)
 		}
 	}, func(lostAt time.Time) {
 		if lostAt.IsZero() {
@@ -111,7 +162,7 @@ func (r *Reconciler) catchUp(ctx context.Context, passStart time.Time) {
 	}
 	for _, n := range refs {
 		if _, ok := r.cfg.Clusters[n.Cluster]; ok && r.leads(n.Cluster) {
-			r.queue.Add(nodeKey{n.Cluster, n.Node})
+			r.add(nodeKey{n.Cluster, n.Node}, PriorityBackground)
 		}
 	}
 	r.mu.Lock()
@@ -179,6 +230,12 @@ func (r *Reconciler) Run(ctx context.Context) error {
 	g.Go(func() error {
 		<-ctx.Done()
 		r.queue.ShutDown() // workers finish their current item, then return
+		r.mu.Lock()
+		for k, w := range r.wakes {
+			w.timer.Stop()
+			delete(r.wakes, k)
+		}
+		r.mu.Unlock()
 		return nil
 	})
 	for i := 0; i < r.cfg.Workers; i++ {
@@ -192,11 +249,14 @@ func (r *Reconciler) Run(ctx context.Context) error {
 }
 
 // work reconciles one node from the queue; false once the queue shut down.
-// A failed reconcile is retried with per-node exponential backoff
+// A node taken at PriorityEvidence gets the ledger part of its reconcile
+// only and is queued again at PriorityFollowUp for the rest; a repair left
+// tolerating is queued for the end of its window at PriorityDue. A failed
+// reconcile is retried at its priority with per-node exponential backoff
 // (RetryBase doubling up to RetryMax); a node of a cluster whose API server
 // was seen unreachable waits for the next pass instead of a worker.
 func (r *Reconciler) work(ctx context.Context) bool {
-	k, shutdown := r.queue.Get()
+	k, p, shutdown := r.queue.GetWithPriority()
 	if shutdown {
 		return false
 	}
@@ -206,11 +266,12 @@ func (r *Reconciler) work(ctx context.Context) bool {
 		return true
 	}
 	if r.knownUnreachable(k.cluster) {
-		r.queue.AddAfter(k, r.cfg.Resync) // its nodes are unknown; no worker waits on a dead API server
+		r.queue.AddWithOpts(priorityqueue.AddOpts{After: r.cfg.Resync, Priority: &p}, k) // its nodes are unknown; no worker waits on a dead API server
 		return true
 	}
+	ledgerOnly := p >= PriorityEvidence
 	rctx, cancel := context.WithTimeout(ctx, r.cfg.ReconcileTimeout)
-	err := r.ReconcileNode(rctx, k.cluster, k.node)
+	wake, err := r.reconcile(rctx, k.cluster, k.node, ledgerOnly)
 	cancel()
 	if err != nil {
 		if ctx.Err() != nil {
@@ -219,12 +280,50 @@ func (r *Reconciler) work(ctx context.Context) bool {
 		r.reconciles.WithLabelValues("error").Inc()
 		r.log.ErrorContext(ctx, "reconcile node", "cluster", k.cluster, "node", k.node, "err", err,
 			"retries", r.queue.NumRequeues(k))
-		r.queue.AddRateLimited(k)
+		r.queue.AddWithOpts(priorityqueue.AddOpts{RateLimited: true, Priority: &p}, k)
 		return true
 	}
 	r.queue.Forget(k)
 	r.reconciles.WithLabelValues("ok").Inc()
+	switch {
+	case ledgerOnly:
+		r.add(k, PriorityFollowUp)
+	case !wake.IsZero():
+		r.wakeAt(k, wake)
+	}
 	return true
+}
+
+// wakeAt queues k at PriorityDue at wake (Config.Now's clock, measured as a
+// delay on the real one). It keeps one timer per node, the latest asked:
+// not an AddAfter of the queue, which a later trigger of the same node at
+// PriorityBackground (a watch, the periodic pass) would make ready at once
+// at the higher of the two priorities.
+func (r *Reconciler) wakeAt(k nodeKey, wake time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if w, ok := r.wakes[k]; ok {
+		if w.at.Equal(wake) {
+			return
+		}
+		w.timer.Stop()
+	}
+	w := &wakeup{at: wake}
+	w.timer = time.AfterFunc(max(wake.Sub(r.cfg.Now()), 0), func() {
+		r.mu.Lock()
+		if r.wakes[k] == w {
+			delete(r.wakes, k)
+		}
+		r.mu.Unlock()
+		r.add(k, PriorityDue) // a no-op once the queue shut down
+	})
+	r.wakes[k] = w
+}
+
+// wakeup is a node's pending PriorityDue trigger (wakeAt).
+type wakeup struct {
+	at    time.Time
+	timer *time.Timer
 }
 
 // EvaluateSoon asks the periodic pass to run now (breaker evaluation
@@ -255,7 +354,7 @@ func (r *Reconciler) enqueueOpen(ctx context.Context) {
 	}
 	for _, rp := range open {
 		if r.leads(rp.Cluster) {
-			r.queue.Add(nodeKey{rp.Cluster, rp.Node})
+			r.add(nodeKey{rp.Cluster, rp.Node}, PriorityBackground)
 		}
 	}
 	for name, nodes := range fleet {
@@ -264,7 +363,7 @@ func (r *Reconciler) enqueueOpen(ctx context.Context) {
 		}
 		for _, n := range nodes {
 			if anyForeignProblem(n.Conditions) {
-				r.queue.Add(nodeKey{name, n.Name})
+				r.add(nodeKey{name, n.Name}, PriorityBackground)
 			}
 		}
 	}
