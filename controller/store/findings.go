@@ -160,7 +160,7 @@ type IngestResult struct {
 }
 
 // IngestReport stores one agent Report atomically in one round trip to
-// PostgreSQL (a pipelined batch of two or three statements in an implicit
+// PostgreSQL (a pipelined batch of three or four statements in an implicit
 // transaction): it creates the cluster row the first time this Store sees
 // the cluster, takes the node's lock, upserts the node's agent
 // facts (boot ID, last_seen = now, heartbeat, driver/kernel/agent version
@@ -171,9 +171,11 @@ type IngestResult struct {
 // finding the schema refuses, e.g. count 0, fails the whole report with
 // ErrInvalid); a database that cannot be reached is ErrUnavailable.
 //
-// A report without findings (a heartbeat) is written together with the
-// heartbeats of other nodes waiting at the same moment (heartbeats.go), with
-// the same effect and answer as alone.
+// A report is written together with the reports of other nodes waiting at
+// the same moment, in one transaction (group commit, groupcommit.go), with
+// the same effect and answer as alone; it returns only after that
+// transaction committed. The first report of a cluster this Store has not
+// seen yet is written alone (it creates the cluster row).
 //
 // The caller validates the report first (finding.Report.Validate); the store
 // fills a finding's empty Node and BootID from the report, and keeps the
@@ -185,14 +187,10 @@ func (s *Store) IngestReport(ctx context.Context, r finding.Report, now time.Tim
 	}
 	n := len(r.Findings)
 	var (
-		ids, bootIDs, detectors, gpuPCIs, devicePCIs = make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
-		xids, counts                                 = make([]int32, 0, n), make([]int32, 0, n)
-		attrs, evidence                              = make([][]byte, 0, n), make([][]byte, 0, n)
-		seqs                                         = make([]int64, 0, n)
-		observed                                     = make([]*time.Time, 0, n)
-		seen                                         = make(map[string]bool, n)
-		since                                        = now
-		err                                          error
+		fs    = newFindingRows(n)
+		seen  = make(map[string]bool, n)
+		since = now
+		err   error
 	)
 	driver := ""
 	for _, f := range r.Findings {
@@ -224,9 +222,9 @@ func (s *Store) IngestReport(ctx context.Context, r finding.Report, now time.Tim
 		if boot == "" {
 			boot = r.BootID
 		}
-		ids, detectors, gpuPCIs, devicePCIs = append(ids, f.ID), append(detectors, f.Detector), append(gpuPCIs, f.GPUPCI), append(devicePCIs, f.DevicePCI)
-		bootIDs, xids, counts, seqs = append(bootIDs, boot), append(xids, int32(f.Xid)), append(counts, int32(f.Count)), append(seqs, int64(f.Seq))
-		observed, attrs, evidence = append(observed, nullTime(f.Time)), append(attrs, a), append(evidence, e)
+		fs.ids, fs.detectors, fs.gpuPCIs, fs.devicePCIs = append(fs.ids, f.ID), append(fs.detectors, f.Detector), append(fs.gpuPCIs, f.GPUPCI), append(fs.devicePCIs, f.DevicePCI)
+		fs.bootIDs, fs.xids, fs.counts, fs.seqs = append(fs.bootIDs, boot), append(fs.xids, int32(f.Xid)), append(fs.counts, int32(f.Count)), append(fs.seqs, int64(f.Seq))
+		fs.observed, fs.attrs, fs.evidence = append(fs.observed, nullTime(f.Time)), append(fs.attrs, a), append(fs.evidence, e)
 		since = earliest(since, dedupSince(f.Time, now))
 	}
 	var hb []byte
@@ -242,23 +240,25 @@ func (s *Store) IngestReport(ctx context.Context, r finding.Report, now time.Tim
 	}
 
 	_, knownCluster := s.clusters.Load(r.Cluster)
-	if len(ids) == 0 && knownCluster && s.groups != nil {
-		changed, err := s.groups.submit(ctx, &nodeReport{cluster: r.Cluster, node: r.Node, boot: r.BootID, driver: driver,
-			kernel: kernel, agent: r.AgentVersion, heartbeat: hb, sentAt: nullTime(r.SentAt), now: now})
+	if knownCluster && s.groups != nil {
+		res, err := s.groups.submit(ctx, &nodeReport{cluster: r.Cluster, node: r.Node, boot: r.BootID, driver: driver,
+			kernel: kernel, agent: r.AgentVersion, heartbeat: hb, sentAt: nullTime(r.SentAt), now: now, findings: fs, since: since})
 		if err != nil {
 			return IngestResult{}, errorf(err, "ingest report from %s/%s", r.Cluster, r.Node)
 		}
-		return IngestResult{Changed: changed}, nil
+		return IngestResult{Changed: res.changed, Inserted: res.inserted}, nil
 	}
+	// The first report of a cluster this Store has not seen: alone, with
+	// the cluster row.
 	b := &pgx.Batch{}
 	if !knownCluster {
 		b.Queue(sqlEnsureCluster, r.Cluster, now)
 	}
 	b.Queue(sqlLockNode, r.Cluster, r.Node)
 	b.Queue(upsertNodeSQL, r.Cluster, r.Node, r.BootID, driver, kernel, r.AgentVersion, hb, now, nullTime(r.SentAt))
-	if len(ids) > 0 {
+	if len(fs.ids) > 0 {
 		b.Queue(sqlInsertFindings, r.Cluster, r.Node, now,
-			ids, bootIDs, detectors, gpuPCIs, devicePCIs, xids, counts, attrs, evidence, seqs, observed, since, now.Add(DedupClockSkew))
+			fs.ids, fs.bootIDs, fs.detectors, fs.gpuPCIs, fs.devicePCIs, fs.xids, fs.counts, fs.attrs, fs.evidence, fs.seqs, fs.observed, since, now.Add(DedupClockSkew))
 	}
 	var res IngestResult
 	err = func() error {
@@ -272,7 +272,7 @@ func (s *Store) IngestReport(ctx context.Context, r finding.Report, now time.Tim
 		if err := br.QueryRow().Scan(&res.Changed); err != nil {
 			return err
 		}
-		if len(ids) > 0 {
+		if len(fs.ids) > 0 {
 			tag, err := br.Exec()
 			if err != nil {
 				return err
@@ -286,6 +286,30 @@ func (s *Store) IngestReport(ctx context.Context, r finding.Report, now time.Tim
 	}
 	s.clusters.Store(r.Cluster, true) // cluster rows are never deleted
 	return res, nil
+}
+
+// findingRows are findings as the insert statements take them: one array
+// per column.
+type findingRows struct {
+	ids, bootIDs, detectors, gpuPCIs, devicePCIs []string
+	xids, counts                                 []int32
+	attrs, evidence                              [][]byte
+	seqs                                         []int64
+	observed                                     []*time.Time
+}
+
+func newFindingRows(n int) findingRows {
+	return findingRows{ids: make([]string, 0, n), bootIDs: make([]string, 0, n), detectors: make([]string, 0, n),
+		gpuPCIs: make([]string, 0, n), devicePCIs: make([]string, 0, n), xids: make([]int32, 0, n), counts: make([]int32, 0, n),
+		attrs: make([][]byte, 0, n), evidence: make([][]byte, 0, n), seqs: make([]int64, 0, n), observed: make([]*time.Time, 0, n)}
+}
+
+// appendRows appends o's rows to f.
+func (f *findingRows) appendRows(o *findingRows) {
+	f.ids, f.bootIDs, f.detectors = append(f.ids, o.ids...), append(f.bootIDs, o.bootIDs...), append(f.detectors, o.detectors...)
+	f.gpuPCIs, f.devicePCIs = append(f.gpuPCIs, o.gpuPCIs...), append(f.devicePCIs, o.devicePCIs...)
+	f.xids, f.counts, f.seqs = append(f.xids, o.xids...), append(f.counts, o.counts...), append(f.seqs, o.seqs...)
+	f.attrs, f.evidence, f.observed = append(f.attrs, o.attrs...), append(f.evidence, o.evidence...), append(f.observed, o.observed...)
 }
 
 // dedupSince is the earliest received_at the first copy of a finding
