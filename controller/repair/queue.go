@@ -190,8 +190,9 @@ func (r *Reconciler) resetCatchUpLocked(from time.Time) {
 // Run starts every cached cluster's informers (their watches enqueue the
 // nodes that change), Workers reconcile workers on the work queue, and the
 // periodic pass (breaker evaluation, replacement checks, every open repair
-// re-enqueued), which runs every Resync and whenever a new condition
-// diagnosis asks for a breaker evaluation (EvaluateSoon), until ctx ends.
+// re-enqueued), which runs every Resync, and a breaker evaluation alone
+// whenever a new condition diagnosis asks for one (EvaluateSoon), until ctx
+// ends.
 // It returns nil on cancellation; it can run once per Reconciler.
 //
 // The pass and the workers are independent on purpose: a fleet whose
@@ -217,13 +218,22 @@ func (r *Reconciler) Run(ctx context.Context) error {
 	g.Go(func() error {
 		t := time.NewTicker(r.cfg.Resync)
 		defer t.Stop()
+		full := true
 		for {
-			r.enqueueOpen(ctx)
+			if full {
+				r.enqueueOpen(ctx)
+			} else {
+				r.evaluateSoon(ctx)
+			}
 			select {
 			case <-ctx.Done():
 				return nil
 			case <-t.C:
+				full = true
+			case <-r.pass:
+				full = true
 			case <-r.evaluate:
+				full = false
 			}
 		}
 	})
@@ -326,13 +336,55 @@ type wakeup struct {
 	timer *time.Timer
 }
 
-// EvaluateSoon asks the periodic pass to run now (breaker evaluation
-// first). It never blocks; requests coalesce.
+// EvaluateSoon asks for a breaker evaluation now (evaluateSoon; the rest
+// of the periodic pass keeps its Resync schedule). It never blocks;
+// requests coalesce.
 func (r *Reconciler) EvaluateSoon() {
 	select {
 	case r.evaluate <- struct{}{}:
 	default:
 	}
+}
+
+// PassSoon asks for the whole periodic pass now (catch-up on new findings,
+// breaker evaluation, replacement checks, open repairs re-queued), as at
+// the next Resync. It never blocks; requests coalesce.
+func (r *Reconciler) PassSoon() {
+	select {
+	case r.pass <- struct{}{}:
+	default:
+	}
+}
+
+// evaluateSoon is the pass EvaluateSoon asks for: the breakers evaluated
+// on the clusters' current Nodes, then the repairs that waited for a fresh
+// evaluation (awaitBreakers) queued at PriorityDue. Not the whole periodic
+// pass: in a wave every new repair asks for an evaluation, and re-queueing
+// every open repair each time (1,500 in a 10,000-node zone wave) kept the
+// workers and PostgreSQL busy with reconciles that change nothing.
+func (r *Reconciler) evaluateSoon(ctx context.Context) {
+	if err := r.evaluateBreakers(ctx, r.listFleet(ctx)); err != nil {
+		r.log.ErrorContext(ctx, "evaluate breakers", "err", err)
+		return // the waiting repairs wait for the next evaluation
+	}
+	r.mu.Lock()
+	waiting := r.awaiting
+	r.awaiting = nil
+	r.mu.Unlock()
+	for k := range waiting {
+		r.add(k, PriorityDue)
+	}
+}
+
+// awaitBreakers queues k at PriorityDue after the next breaker evaluation
+// (a deletion guard refused a breaker state too old to act on).
+func (r *Reconciler) awaitBreakers(k nodeKey) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.awaiting == nil {
+		r.awaiting = map[nodeKey]bool{}
+	}
+	r.awaiting[k] = true
 }
 
 // enqueueOpen triggers every node that has an open repair, so toleration

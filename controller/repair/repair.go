@@ -127,8 +127,12 @@ type Reconciler struct {
 	// wakes holds each node's PriorityDue trigger at the end of its
 	// repair's toleration window (wakeAt).
 	wakes map[nodeKey]*wakeup
-	// evaluate asks the periodic pass to run now (EvaluateSoon).
-	evaluate chan struct{}
+	// awaiting holds the nodes whose deletion waits for a fresh breaker
+	// evaluation (awaitBreakers).
+	awaiting map[nodeKey]bool
+	// evaluate asks for a breaker evaluation now (EvaluateSoon), pass for
+	// the whole periodic pass (PassSoon).
+	evaluate, pass chan struct{}
 	// leading is nil when leader election is off (every cluster is ours);
 	// else the clusters whose Lease this replica holds.
 	leading map[string]bool
@@ -198,7 +202,7 @@ func New(cfg Config) (*Reconciler, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	r := &Reconciler{cfg: cfg, log: cfg.Log, evaluate: make(chan struct{}, 1), wakes: map[nodeKey]*wakeup{},
+	r := &Reconciler{cfg: cfg, log: cfg.Log, evaluate: make(chan struct{}, 1), pass: make(chan struct{}, 1), wakes: map[nodeKey]*wakeup{},
 		reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fleetrepair_reconcile_total",
 			Help: "Node reconciliations by result (ok, error)."}, []string{"result"}),
 		deletions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fleetrepair_nodeclaim_deletions_total",
@@ -601,6 +605,7 @@ func (r *Reconciler) execute(ctx context.Context, k *kube.Cluster, sn heldNode, 
 		r.log.WarnContext(ctx, "repair held by budget", "cluster", rp.Cluster, "node", rp.Node, "repair", rp.ID, "err", err)
 	}
 	if after.Retry == "breakers" {
+		r.awaitBreakers(nodeKey{rp.Cluster, rp.Node})
 		r.EvaluateSoon() // retried once the breakers are evaluated again
 	}
 	if after.Kind == decide.Transition {
