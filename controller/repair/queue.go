@@ -18,27 +18,29 @@ import (
 // Event; --kube-api-qps): one FIFO made the last node's repair open only
 // after every earlier node's writes (issue 9: 1,500 nodes, report to repair
 // opened p50 15 s, p99 27 s at 200 QPS; the lone failure elsewhere
-// deleting 15 s after its toleration ended). So:
+// deleting 15 s after its toleration ended; docs/scale.md). So:
 const (
 	// PriorityBackground: what changes nothing urgent: the informers'
 	// watches (mostly the echo of our own writes), the periodic pass (open
 	// repairs, catch-up, other agents' conditions), a heartbeat whose
 	// agent facts changed, forwarded triggers of older replicas.
 	PriorityBackground = 0
-	// PriorityFollowUp: the full reconcile (Kubernetes writes, ledger
-	// steps) of a node whose evidence was just recorded at
-	// PriorityEvidence.
-	PriorityFollowUp = 1
-	// PriorityDue: a repair whose toleration window ends now, an operator's
-	// decision (approve, reject): a deletion that is due is not kept behind
-	// a wave's quarantine writes.
-	PriorityDue = 2
+	// PriorityHeld: the follow-up (Kubernetes writes, ledger steps) of a
+	// node whose new repair an open breaker holds: in a zone wave, after the
+	// trip, every wave node. Its repair cannot go on anyway; its quarantine
+	// writes come after everyone else's.
+	PriorityHeld = 1
+	// PriorityFollowUp: the follow-up of any other node whose evidence was
+	// just recorded at PriorityEvidence (a lone failure outside the wave
+	// keeps its taint and toleration clock on time), and a repair whose
+	// toleration window ends now (wakeAt).
+	PriorityFollowUp = 2
 	// PriorityEvidence: a node with newly stored findings (ingest). Its
 	// reconcile is the database part only (diagnoses, repair opened:
 	// reconcile's ledgerOnly), then the node is queued again at
-	// PriorityFollowUp. Every repair of a wave opens (and the breakers are
-	// evaluated on it) before any node's API writes, and a lone failure
-	// elsewhere opens as fast as the wave's.
+	// PriorityFollowUp or PriorityHeld. Every repair of a wave opens (and
+	// the breakers are evaluated on it) before any node's API writes, and a
+	// lone failure elsewhere opens as fast as the wave's.
 	PriorityEvidence = 3
 )
 
@@ -260,8 +262,9 @@ func (r *Reconciler) Run(ctx context.Context) error {
 
 // work reconciles one node from the queue; false once the queue shut down.
 // A node taken at PriorityEvidence gets the ledger part of its reconcile
-// only and is queued again at PriorityFollowUp for the rest; a repair left
-// tolerating is queued for the end of its window at PriorityDue. A failed
+// only and is queued again for the rest (PriorityHeld when an open breaker
+// holds its repair, else PriorityFollowUp); a repair left tolerating is
+// queued for the end of its window at PriorityFollowUp. A failed
 // reconcile is retried at its priority with per-node exponential backoff
 // (RetryBase doubling up to RetryMax); a node of a cluster whose API server
 // was seen unreachable waits for the next pass instead of a worker.
@@ -281,7 +284,7 @@ func (r *Reconciler) work(ctx context.Context) bool {
 	}
 	ledgerOnly := p >= PriorityEvidence
 	rctx, cancel := context.WithTimeout(ctx, r.cfg.ReconcileTimeout)
-	wake, err := r.reconcile(rctx, k.cluster, k.node, ledgerOnly)
+	out, err := r.reconcile(rctx, k.cluster, k.node, ledgerOnly)
 	cancel()
 	if err != nil {
 		if ctx.Err() != nil {
@@ -296,15 +299,17 @@ func (r *Reconciler) work(ctx context.Context) bool {
 	r.queue.Forget(k)
 	r.reconciles.WithLabelValues("ok").Inc()
 	switch {
+	case ledgerOnly && out.held:
+		r.add(k, PriorityHeld)
 	case ledgerOnly:
 		r.add(k, PriorityFollowUp)
-	case !wake.IsZero():
-		r.wakeAt(k, wake)
+	case out.wake.After(r.cfg.Now()):
+		r.wakeAt(k, out.wake) // a window already over is the guards' now; retried by the periodic pass
 	}
 	return true
 }
 
-// wakeAt queues k at PriorityDue at wake (Config.Now's clock, measured as a
+// wakeAt queues k at PriorityFollowUp at wake (Config.Now's clock, measured as a
 // delay on the real one). It keeps one timer per node, the latest asked:
 // not an AddAfter of the queue, which a later trigger of the same node at
 // PriorityBackground (a watch, the periodic pass) would make ready at once
@@ -325,12 +330,12 @@ func (r *Reconciler) wakeAt(k nodeKey, wake time.Time) {
 			delete(r.wakes, k)
 		}
 		r.mu.Unlock()
-		r.add(k, PriorityDue) // a no-op once the queue shut down
+		r.add(k, PriorityFollowUp) // a no-op once the queue shut down
 	})
 	r.wakes[k] = w
 }
 
-// wakeup is a node's pending PriorityDue trigger (wakeAt).
+// wakeup is a node's pending PriorityFollowUp trigger (wakeAt).
 type wakeup struct {
 	at    time.Time
 	timer *time.Timer
@@ -358,7 +363,7 @@ func (r *Reconciler) PassSoon() {
 
 // evaluateSoon is the pass EvaluateSoon asks for: the breakers evaluated
 // on the clusters' current Nodes, then the repairs that waited for a fresh
-// evaluation (awaitBreakers) queued at PriorityDue. Not the whole periodic
+// evaluation (awaitBreakers) queued at PriorityFollowUp. Not the whole periodic
 // pass: in a wave every new repair asks for an evaluation, and re-queueing
 // every open repair each time (1,500 in a 10,000-node zone wave) kept the
 // workers and PostgreSQL busy with reconciles that change nothing.
@@ -372,11 +377,11 @@ func (r *Reconciler) evaluateSoon(ctx context.Context) {
 	r.awaiting = nil
 	r.mu.Unlock()
 	for k := range waiting {
-		r.add(k, PriorityDue)
+		r.add(k, PriorityFollowUp)
 	}
 }
 
-// awaitBreakers queues k at PriorityDue after the next breaker evaluation
+// awaitBreakers queues k at PriorityFollowUp after the next breaker evaluation
 // (a deletion guard refused a breaker state too old to act on).
 func (r *Reconciler) awaitBreakers(k nodeKey) {
 	r.mu.Lock()

@@ -124,7 +124,7 @@ type Reconciler struct {
 	forwardDropped prometheus.Counter
 	catchUpFrom    time.Time
 	catchUpGen     int // bumped by every reset of catchUpFrom
-	// wakes holds each node's PriorityDue trigger at the end of its
+	// wakes holds each node's PriorityFollowUp trigger at the end of its
 	// repair's toleration window (wakeAt).
 	wakes map[nodeKey]*wakeup
 	// awaiting holds the nodes whose deletion waits for a fresh breaker
@@ -250,23 +250,32 @@ func (r *Reconciler) ReconcileNode(ctx context.Context, cluster, node string) er
 	return err
 }
 
+// reconciled is what a reconcile tells the work queue.
+type reconciled struct {
+	// wake is when the node's repair next needs a reconcile without new
+	// evidence: the end of its toleration window (zero: nothing known).
+	wake time.Time
+	// held (ledgerOnly): the node's repair is open and an open breaker
+	// holds it.
+	held bool
+}
+
 // reconcile is ReconcileNode. With ledgerOnly it stops after the database
 // part: findings read, diagnoses recorded, a repair opened for a new
 // condition-severity diagnosis; no Kubernetes write, no ledger step beyond
 // Detected (the work queue's evidence priority, queue.go: in a wave every
-// repair opens before any node's rate-limited API writes). It returns when
-// the node's repair next needs a reconcile without new evidence (the end of
-// its toleration window; zero: nothing known).
-func (r *Reconciler) reconcile(ctx context.Context, cluster, node string, ledgerOnly bool) (time.Time, error) {
+// repair opens before any node's rate-limited API writes). It returns what
+// the work queue needs to know next (reconciled).
+func (r *Reconciler) reconcile(ctx context.Context, cluster, node string, ledgerOnly bool) (reconciled, error) {
 	k := r.cfg.Clusters[cluster]
 	if k == nil {
-		return time.Time{}, fmt.Errorf("reconcile %s/%s: cluster %q is not configured", cluster, node, cluster)
+		return reconciled{}, fmt.Errorf("reconcile %s/%s: cluster %q is not configured", cluster, node, cluster)
 	}
 	now := r.cfg.Now()
 	open, err := r.cfg.Store.OpenRepairForNode(ctx, cluster, node)
 	hasOpen := err == nil
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
-		return time.Time{}, fmt.Errorf("reconcile %s/%s: %w", cluster, node, err)
+		return reconciled{}, fmt.Errorf("reconcile %s/%s: %w", cluster, node, err)
 	}
 
 	info, err := k.NodeInfo(ctx, node)
@@ -274,23 +283,23 @@ func (r *Reconciler) reconcile(ctx context.Context, cluster, node string, ledger
 	if apierrors.IsNotFound(errors.Unwrap(err)) || apierrors.IsNotFound(err) {
 		// The Node is gone (replaced, scaled down): nothing of it stays active.
 		if _, err := r.cfg.Store.DeactivateDiagnoses(ctx, cluster, node, nil, now); err != nil {
-			return time.Time{}, fmt.Errorf("reconcile %s/%s: %w", cluster, node, err)
+			return reconciled{}, fmt.Errorf("reconcile %s/%s: %w", cluster, node, err)
 		}
 		if hasOpen && !ledgerOnly {
-			return time.Time{}, r.nodeGone(ctx, k, open, now)
+			return reconciled{}, r.nodeGone(ctx, k, open, now)
 		}
-		return time.Time{}, nil
+		return reconciled{}, nil
 	}
 	if err != nil {
-		return time.Time{}, fmt.Errorf("reconcile %s/%s: %w", cluster, node, err)
+		return reconciled{}, fmt.Errorf("reconcile %s/%s: %w", cluster, node, err)
 	}
 	if _, err := r.cfg.Store.UpsertNodeMeta(ctx, store.Node{Cluster: cluster, Name: node, NodePool: info.NodePool,
 		Zone: info.Zone, InstanceType: info.InstanceType, NodeClaim: info.NodeClaim}, now); err != nil {
-		return time.Time{}, fmt.Errorf("reconcile %s/%s: %w", cluster, node, err)
+		return reconciled{}, fmt.Errorf("reconcile %s/%s: %w", cluster, node, err)
 	}
 	n, err := r.cfg.Store.GetNode(ctx, cluster, node)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
-		return time.Time{}, fmt.Errorf("reconcile %s/%s: %w", cluster, node, err)
+		return reconciled{}, fmt.Errorf("reconcile %s/%s: %w", cluster, node, err)
 	}
 	// Every finding of the current boot counts, however old (a GPU lost 20
 	// days ago in this boot is still lost); earlier boots only within the
@@ -298,7 +307,7 @@ func (r *Reconciler) reconcile(ctx context.Context, cluster, node string, ledger
 	// current.
 	all, err := r.cfg.Store.FindingsForNode(ctx, cluster, node, time.Time{}, 10000)
 	if err != nil {
-		return time.Time{}, fmt.Errorf("reconcile %s/%s: %w", cluster, node, err)
+		return reconciled{}, fmt.Errorf("reconcile %s/%s: %w", cluster, node, err)
 	}
 	fs := all[:0]
 	for _, f := range all {
@@ -312,25 +321,29 @@ func (r *Reconciler) reconcile(ctx context.Context, cluster, node string, ledger
 	ds = r.applyPolicy(ds, info.NodePool)
 	events, err := r.recordDiagnoses(ctx, k, n.BootID, node, ds, now)
 	if err != nil {
-		return time.Time{}, err
+		return reconciled{}, err
 	}
 	head := diagnose.Headline(ds)
-	var wake time.Time
+	var out reconciled
 	switch {
 	case head.Severity != catalog.SeverityCondition && ledgerOnly:
-		return time.Time{}, nil // clearing the condition and taint is the follow-up's
+		return reconciled{}, nil // clearing the condition and taint is the follow-up's
 	case head.Severity != catalog.SeverityCondition:
 		err = r.healthy(ctx, k, node, head, open, hasOpen, now)
 	case ledgerOnly:
-		_, _, err = r.openRepair(ctx, k, info, head, open, hasOpen, now)
-		return time.Time{}, err
+		rp, suppressed, err := r.openRepair(ctx, k, info, head, open, hasOpen, now)
+		if err != nil || suppressed || rp.ID == 0 {
+			return reconciled{}, err
+		}
+		ok, _, err := r.breakerAllows(ctx, nodeFromInfo(cluster, info, n))
+		return reconciled{held: !ok}, err
 	default:
-		wake, err = r.unhealthy(ctx, k, info, nodeFromInfo(cluster, info, n), head, open, hasOpen, now)
+		out.wake, err = r.unhealthy(ctx, k, info, nodeFromInfo(cluster, info, n), head, open, hasOpen, now)
 	}
 	if err != nil {
-		return time.Time{}, err
+		return reconciled{}, err
 	}
-	return wake, r.recordEvents(ctx, k, node, events, now)
+	return out, r.recordEvents(ctx, k, node, events, now)
 }
 
 // pendingEvent is a stored diagnosis whose Kubernetes Event is not written
