@@ -139,6 +139,12 @@ type Reconciler struct {
 	// clusters holds the reachability of each cluster's API server.
 	clusters map[string]ClusterState
 
+	// members are the served clusters (Config.Clusters, then AddCluster
+	// and RemoveCluster); runCtx is Run's context once it runs.
+	membersMu sync.RWMutex
+	members   map[string]*member
+	runCtx    context.Context
+
 	// released counts breaker-held repairs released in the current pass.
 	released int
 
@@ -203,6 +209,7 @@ func New(cfg Config) (*Reconciler, error) {
 		cfg.Log = slog.Default()
 	}
 	r := &Reconciler{cfg: cfg, log: cfg.Log, evaluate: make(chan struct{}, 1), pass: make(chan struct{}, 1), wakes: map[nodeKey]*wakeup{},
+		members: map[string]*member{},
 		reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fleetrepair_reconcile_total",
 			Help: "Node reconciliations by result (ok, error)."}, []string{"result"}),
 		deletions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fleetrepair_nodeclaim_deletions_total",
@@ -239,6 +246,12 @@ func New(cfg Config) (*Reconciler, error) {
 		o.RateLimiter = workqueue.NewTypedItemExponentialFailureRateLimiter[nodeKey](cfg.RetryBase, cfg.RetryMax)
 		o.MetricProvider = qm
 	})
+	for name, k := range cfg.Clusters {
+		if k == nil {
+			return nil, fmt.Errorf("new reconciler: cluster %s has no Kubernetes access", name)
+		}
+		r.members[name] = &member{k: k}
+	}
 	return r, nil
 }
 
@@ -267,9 +280,9 @@ type reconciled struct {
 // repair opens before any node's rate-limited API writes). It returns what
 // the work queue needs to know next (reconciled).
 func (r *Reconciler) reconcile(ctx context.Context, cluster, node string, ledgerOnly bool) (reconciled, error) {
-	k := r.cfg.Clusters[cluster]
+	k := r.kubeFor(cluster)
 	if k == nil {
-		return reconciled{}, fmt.Errorf("reconcile %s/%s: cluster %q is not configured", cluster, node, cluster)
+		return reconciled{}, fmt.Errorf("reconcile %s/%s: %w", cluster, node, ErrUnknownCluster)
 	}
 	now := r.cfg.Now()
 	open, err := r.cfg.Store.OpenRepairForNode(ctx, cluster, node)
