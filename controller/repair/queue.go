@@ -217,10 +217,22 @@ func (r *Reconciler) Run(ctx context.Context) error {
 		t := time.NewTicker(r.cfg.Resync)
 		defer t.Stop()
 		full := true
+		var last time.Time // the last evaluation asked for by EvaluateSoon
 		for {
 			if full {
 				r.enqueueOpen(ctx)
 			} else {
+				// Requests within evaluateSpacing of the last evaluation
+				// wait for its end and coalesce: in a wave every new repair
+				// asks, and each evaluation reads the whole fleet.
+				if wait := time.Until(last.Add(min(evaluateSpacing, r.cfg.Resync))); wait > 0 {
+					select {
+					case <-ctx.Done():
+						return nil
+					case <-time.After(wait):
+					}
+				}
+				last = time.Now()
 				r.evaluateSoon(ctx)
 			}
 			select {
@@ -350,6 +362,15 @@ func (r *Reconciler) EvaluateSoon() {
 	default:
 	}
 }
+
+// evaluateSpacing is the least time between two evaluations asked for by
+// EvaluateSoon (at most Resync): the first request is served at once, the
+// ones after it together a second later. It bounds what a wave costs (each
+// evaluation reads every Node and agent row: in a 10,000-node wave they ran
+// back to back and took the CPU the repairs needed) and delays a trip by at
+// most this; a deletion still needs its toleration to end and a fresh
+// evaluation (MaxBreakerAge).
+const evaluateSpacing = time.Second
 
 // PassSoon asks for the whole periodic pass now (catch-up on new findings,
 // breaker evaluation, replacement checks, open repairs re-queued), as at
