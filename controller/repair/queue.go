@@ -435,16 +435,20 @@ func (r *Reconciler) enqueueOpen(ctx context.Context) {
 			r.add(nodeKey{rp.Cluster, rp.Node}, PriorityBackground)
 		}
 	}
+	now := r.cfg.Now()
+	led := make(map[string][]kube.NodeInfo, len(fleet))
 	for name, nodes := range fleet {
 		if !r.leads(name) {
 			continue
 		}
+		led[name] = nodes
 		for _, n := range nodes {
-			if anyForeignProblem(n.Conditions) {
+			if anyForeignProblem(r.cfg.Engine, n, now) {
 				r.add(nodeKey{name, n.Name}, PriorityBackground)
 			}
 		}
 	}
+	setConditions(r.nodeConditions, countConditions(r.cfg.Engine, led, now))
 }
 
 // listFleet reads every reachable cluster's Nodes once (from the informer
