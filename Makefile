@@ -22,7 +22,7 @@ screenshots:
 	@./$(BIN)/fleetrepair-demo --listen $(SHOTS_ADDR) >/tmp/fleetrepair-screenshots-demo.log 2>&1 & pid=$$!; \
 	  ./$(BIN)/screenshots -url http://$(SHOTS_ADDR) -out docs/screenshots; rc=$$?; kill -INT $$pid; wait $$pid; exit $$rc
 
-## test: every test, on a real PostgreSQL (DATABASE_URL, or a throwaway local cluster)
+## test: every test, on a real PostgreSQL (DATABASE_URL, a testcontainers-go container, or a throwaway local cluster)
 test: kube-tools
 	$(GO) test -count=1 -timeout 20m $(PKGS)
 

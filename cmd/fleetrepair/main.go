@@ -9,6 +9,7 @@
 //	breakers     list breakers; resume one, or the kill switch (admin token)
 //	simulate     replay fleet scenarios through the real policy and two baselines
 //	shadow       what the current policy would have done with the stored findings (API)
+//	report-job   send a job's NCCL network failures (Slurm epilog, Kubeflow hook, CI; reporter token)
 //
 // main only wires the process: signals, streams and the exit code.
 package main
@@ -47,7 +48,7 @@ func run(ctx context.Context, args []string, in io.Reader, out, errOut io.Writer
 	root.SetIn(in)
 	root.SetOut(out)
 	root.SetErr(errOut)
-	root.AddCommand(newControllerCmd(), newMigrateCmd(), newDiagnoseCmd(), newRepairsCmd(), newDecisionCmd("approve"), newDecisionCmd("reject"), newBreakersCmd(), newSimulateCmd(), newShadowCmd())
+	root.AddCommand(newControllerCmd(), newMigrateCmd(), newDiagnoseCmd(), newRepairsCmd(), newDecisionCmd("approve"), newDecisionCmd("reject"), newBreakersCmd(), newSimulateCmd(), newShadowCmd(), newReportJobCmd())
 	return root.ExecuteContext(ctx)
 }
 

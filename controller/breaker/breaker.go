@@ -790,7 +790,7 @@ func (p *Policy) replacements(now time.Time, fleet *Fleet, sig map[int32]*nodeSi
 		st.Cohorts[pool] = Breaker{Scope: ScopeCohort, Cohort: pool, Since: now, LastFailure: last[pool], Evidence: ev}
 		ds = append(ds, Decision{At: now, Scope: ScopeCohort, Cohort: pool, From: Closed, To: Open,
 			Cause: CauseReplacementFailed, Actor: Actor, Evidence: ev,
-			Message: fmt.Sprintf("breaker %s tripped: %d replacement node(s) failed the same way as the nodes they replaced (%s): the cause is not the machines",
+			Message: fmt.Sprintf("breaker %s tripped: %d replacement node(s) failed the same way as the nodes they replaced, or never launched (%s): the cause is not the machines",
 				pool, len(nodes), strings.Join(ev.Failing, ", "))})
 	}
 	return ds

@@ -91,6 +91,10 @@ type Next struct {
 	// Retry (Wait after a guard) names what the caller waits for:
 	// "breakers" asks for a breaker evaluation now.
 	Retry string
+	// Hold (Wait after a guard) names the guard holding the deletion
+	// (HoldOf: budget, kill switch, opt-out, do-not-disrupt, minimum
+	// healthy); "" for none.
+	Hold string
 }
 
 // Step returns the next step of open repair r, whose node's headline
@@ -199,7 +203,8 @@ func UIDChanged() Next {
 // step it leads to: nil -> deleting (g itself; live, the store already
 // moved the repair); held by a breaker -> awaiting approval, naming the
 // cohort; a budget, the minimum healthy count, the kill switch or a stale
-// breaker state -> wait and retry (Retry "breakers" for a stale state).
+// breaker state, the owners' opt-out or do-not-disrupt -> wait and retry
+// (Retry "breakers" for a stale state; Hold names the others).
 // Other errors are not guard decisions: it returns Wait and ok false.
 func AfterGuard(g Next, err error) (next Next, ok bool) {
 	switch {
@@ -210,8 +215,8 @@ func AfterGuard(g Next, err error) (next Next, ok bool) {
 			Detail: map[string]any{"held_by": HeldByBreaker}, Set: map[string]any{"held_by": HeldByBreaker}}, true
 	case errors.Is(err, ErrBreakerStale):
 		return Next{Kind: Wait, Retry: "breakers"}, true
-	case errors.Is(err, ErrKillSwitch), errors.Is(err, ErrBudgetExceeded), errors.Is(err, ErrMinHealthy):
-		return Next{Kind: Wait}, true
+	case HoldOf(err) != "":
+		return Next{Kind: Wait, Hold: HoldOf(err)}, true
 	}
 	return Next{Kind: Wait}, false
 }

@@ -185,48 +185,21 @@ func (s *Store) IngestReport(ctx context.Context, r finding.Report, now time.Tim
 	if r.Cluster == "" || r.Node == "" {
 		return IngestResult{}, invalidf("ingest report: cluster and node are required")
 	}
-	n := len(r.Findings)
-	var (
-		fs    = newFindingRows(n)
-		seen  = make(map[string]bool, n)
-		since = now
-		err   error
-	)
+	rows := newFindingRows(len(r.Findings), now)
 	driver := ""
 	for _, f := range r.Findings {
 		if f.Node != "" && f.Node != r.Node {
 			return IngestResult{}, invalidf("ingest report: finding %s is for node %q, not the report's node %q", f.ID, f.Node, r.Node)
 		}
-		if f.Xid > math.MaxInt32 || f.Count > math.MaxInt32 || f.Xid < math.MinInt32 || f.Count < math.MinInt32 {
-			return IngestResult{}, invalidf("ingest report: finding %s: xid or count out of range", f.ID)
-		}
-		if f.Seq > math.MaxInt64 {
-			return IngestResult{}, invalidf("ingest report: finding %s: seq %d out of range", f.ID, f.Seq)
-		}
 		if f.Detector == finding.DetectorDriverVersion && f.Attr(finding.AttrValue) != "" {
 			driver = f.Attr(finding.AttrValue)
 		}
-		if seen[f.ID] {
-			continue
+		if err := rows.add(f, r.BootID); err != nil {
+			return IngestResult{}, err
 		}
-		seen[f.ID] = true
-		a, err := marshalOr(f.Attrs, "{}")
-		if err != nil {
-			return IngestResult{}, invalidf("ingest report: encode attrs of finding %s", f.ID)
-		}
-		e, err := marshalOr(f.Evidence, "[]")
-		if err != nil {
-			return IngestResult{}, invalidf("ingest report: encode evidence of finding %s", f.ID)
-		}
-		boot := f.BootID
-		if boot == "" {
-			boot = r.BootID
-		}
-		fs.ids, fs.detectors, fs.gpuPCIs, fs.devicePCIs = append(fs.ids, f.ID), append(fs.detectors, f.Detector), append(fs.gpuPCIs, f.GPUPCI), append(fs.devicePCIs, f.DevicePCI)
-		fs.bootIDs, fs.xids, fs.counts, fs.seqs = append(fs.bootIDs, boot), append(fs.xids, int32(f.Xid)), append(fs.counts, int32(f.Count)), append(fs.seqs, int64(f.Seq))
-		fs.observed, fs.attrs, fs.evidence = append(fs.observed, nullTime(f.Time)), append(fs.attrs, a), append(fs.evidence, e)
-		since = earliest(since, dedupSince(f.Time, now))
 	}
+	ids := rows.ids
+	var err error
 	var hb []byte
 	kernel := ""
 	if r.Heartbeat != nil {
@@ -242,7 +215,7 @@ func (s *Store) IngestReport(ctx context.Context, r finding.Report, now time.Tim
 	_, knownCluster := s.clusters.Load(r.Cluster)
 	if knownCluster && s.groups != nil {
 		res, err := s.groups.submit(ctx, &nodeReport{cluster: r.Cluster, node: r.Node, boot: r.BootID, driver: driver,
-			kernel: kernel, agent: r.AgentVersion, heartbeat: hb, sentAt: nullTime(r.SentAt), now: now, findings: fs, since: since})
+			kernel: kernel, agent: r.AgentVersion, heartbeat: hb, sentAt: nullTime(r.SentAt), now: now, findings: rows})
 		if err != nil {
 			return IngestResult{}, errorf(err, "ingest report from %s/%s", r.Cluster, r.Node)
 		}
@@ -256,9 +229,8 @@ func (s *Store) IngestReport(ctx context.Context, r finding.Report, now time.Tim
 	}
 	b.Queue(sqlLockNode, r.Cluster, r.Node)
 	b.Queue(upsertNodeSQL, r.Cluster, r.Node, r.BootID, driver, kernel, r.AgentVersion, hb, now, nullTime(r.SentAt))
-	if len(fs.ids) > 0 {
-		b.Queue(sqlInsertFindings, r.Cluster, r.Node, now,
-			fs.ids, fs.bootIDs, fs.detectors, fs.gpuPCIs, fs.devicePCIs, fs.xids, fs.counts, fs.attrs, fs.evidence, fs.seqs, fs.observed, since, now.Add(DedupClockSkew))
+	if len(ids) > 0 {
+		rows.queue(b, r.Cluster, r.Node)
 	}
 	var res IngestResult
 	err = func() error {
@@ -272,7 +244,7 @@ func (s *Store) IngestReport(ctx context.Context, r finding.Report, now time.Tim
 		if err := br.QueryRow().Scan(&res.Changed); err != nil {
 			return err
 		}
-		if len(fs.ids) > 0 {
+		if len(ids) > 0 {
 			tag, err := br.Exec()
 			if err != nil {
 				return err
@@ -288,28 +260,61 @@ func (s *Store) IngestReport(ctx context.Context, r finding.Report, now time.Tim
 	return res, nil
 }
 
-// findingRows are findings as the insert statements take them: one array
-// per column.
+// findingRows are the columns of findings to insert for one node, as
+// sqlInsertFindings takes them.
 type findingRows struct {
+	now                                          time.Time
 	ids, bootIDs, detectors, gpuPCIs, devicePCIs []string
 	xids, counts                                 []int32
 	attrs, evidence                              [][]byte
 	seqs                                         []int64
 	observed                                     []*time.Time
+	seen                                         map[string]bool
+	since                                        time.Time
 }
 
-func newFindingRows(n int) findingRows {
-	return findingRows{ids: make([]string, 0, n), bootIDs: make([]string, 0, n), detectors: make([]string, 0, n),
-		gpuPCIs: make([]string, 0, n), devicePCIs: make([]string, 0, n), xids: make([]int32, 0, n), counts: make([]int32, 0, n),
-		attrs: make([][]byte, 0, n), evidence: make([][]byte, 0, n), seqs: make([]int64, 0, n), observed: make([]*time.Time, 0, n)}
+func newFindingRows(n int, now time.Time) *findingRows {
+	return &findingRows{now: now, since: now, seen: make(map[string]bool, n),
+		ids: make([]string, 0, n), bootIDs: make([]string, 0, n), detectors: make([]string, 0, n), gpuPCIs: make([]string, 0, n),
+		devicePCIs: make([]string, 0, n), xids: make([]int32, 0, n), counts: make([]int32, 0, n), attrs: make([][]byte, 0, n),
+		evidence: make([][]byte, 0, n), seqs: make([]int64, 0, n), observed: make([]*time.Time, 0, n)}
 }
 
-// appendRows appends o's rows to f.
-func (f *findingRows) appendRows(o *findingRows) {
-	f.ids, f.bootIDs, f.detectors = append(f.ids, o.ids...), append(f.bootIDs, o.bootIDs...), append(f.detectors, o.detectors...)
-	f.gpuPCIs, f.devicePCIs = append(f.gpuPCIs, o.gpuPCIs...), append(f.devicePCIs, o.devicePCIs...)
-	f.xids, f.counts, f.seqs = append(f.xids, o.xids...), append(f.counts, o.counts...), append(f.seqs, o.seqs...)
-	f.attrs, f.evidence, f.observed = append(f.attrs, o.attrs...), append(f.evidence, o.evidence...), append(f.observed, o.observed...)
+// add appends f (its boot ID, else boot), once per ID; an error wraps
+// ErrInvalid for a value no column can hold.
+func (w *findingRows) add(f finding.Finding, boot string) error {
+	if f.Xid > math.MaxInt32 || f.Count > math.MaxInt32 || f.Xid < math.MinInt32 || f.Count < math.MinInt32 {
+		return invalidf("ingest report: finding %s: xid or count out of range", f.ID)
+	}
+	if f.Seq > math.MaxInt64 {
+		return invalidf("ingest report: finding %s: seq %d out of range", f.ID, f.Seq)
+	}
+	if w.seen[f.ID] {
+		return nil
+	}
+	w.seen[f.ID] = true
+	a, err := marshalOr(f.Attrs, "{}")
+	if err != nil {
+		return invalidf("ingest report: encode attrs of finding %s", f.ID)
+	}
+	e, err := marshalOr(f.Evidence, "[]")
+	if err != nil {
+		return invalidf("ingest report: encode evidence of finding %s", f.ID)
+	}
+	if f.BootID != "" {
+		boot = f.BootID
+	}
+	w.ids, w.detectors, w.gpuPCIs, w.devicePCIs = append(w.ids, f.ID), append(w.detectors, f.Detector), append(w.gpuPCIs, f.GPUPCI), append(w.devicePCIs, f.DevicePCI)
+	w.bootIDs, w.xids, w.counts, w.seqs = append(w.bootIDs, boot), append(w.xids, int32(f.Xid)), append(w.counts, int32(f.Count)), append(w.seqs, int64(f.Seq))
+	w.observed, w.attrs, w.evidence = append(w.observed, nullTime(f.Time)), append(w.attrs, a), append(w.evidence, e)
+	w.since = earliest(w.since, dedupSince(f.Time, w.now))
+	return nil
+}
+
+// queue queues the insert of the rows as findings of cluster/node.
+func (w *findingRows) queue(b *pgx.Batch, cluster, node string) {
+	b.Queue(sqlInsertFindings, cluster, node, w.now, w.ids, w.bootIDs, w.detectors, w.gpuPCIs, w.devicePCIs, w.xids, w.counts,
+		w.attrs, w.evidence, w.seqs, w.observed, w.since, w.now.Add(DedupClockSkew))
 }
 
 // dedupSince is the earliest received_at the first copy of a finding

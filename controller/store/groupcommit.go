@@ -69,10 +69,16 @@ type nodeReport struct {
 	heartbeat                   []byte // nil: no heartbeat in the report
 	sentAt                      *time.Time
 	now                         time.Time
-	findings                    findingRows
-	since                       time.Time       // the duplicate check's lower bound (dedupSince)
+	findings                    *findingRows    // nil or empty for a heartbeat
 	done                        chan nodeResult // buffered (1)
 	key                         [2]string
+}
+
+func (r *nodeReport) findingCount() int {
+	if r.findings == nil {
+		return 0
+	}
+	return len(r.findings.ids)
 }
 
 type nodeResult struct {
@@ -159,7 +165,7 @@ func (g *reportGroups) work() {
 		distinct := group[:0:0]
 		findings := 0
 		for _, r := range group {
-			n := len(r.findings.ids)
+			n := r.findingCount()
 			if seen[r.key] || (len(distinct) > 0 && findings+n > maxGroupFindings) {
 				carry = append(carry, r)
 				continue
@@ -229,9 +235,8 @@ func (s *Store) writeGroup(ctx context.Context, group []*nodeReport) ([]nodeResu
 	b.Queue(sqlLockNodes, clusters, nodes)
 	b.Queue(upsertNodesSQL, clusters, nodes, boots, drivers, kernels, agents, hbs, nows, sent)
 	for i, r := range group {
-		if f := &r.findings; len(f.ids) > 0 {
-			b.Queue(sqlInsertFindings, r.cluster, r.node, r.now, f.ids, f.bootIDs, f.detectors, f.gpuPCIs, f.devicePCIs,
-				f.xids, f.counts, f.attrs, f.evidence, f.seqs, f.observed, r.since, r.now.Add(DedupClockSkew))
+		if r.findingCount() > 0 {
+			r.findings.queue(b, r.cluster, r.node)
 			withFindings = append(withFindings, i)
 		}
 	}

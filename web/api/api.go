@@ -28,6 +28,7 @@ import (
 	"github.com/fleetrepair/fleetrepair/controller/catalog"
 	"github.com/fleetrepair/fleetrepair/controller/feed"
 	"github.com/fleetrepair/fleetrepair/controller/ledger"
+	"github.com/fleetrepair/fleetrepair/controller/lifecycle"
 	"github.com/fleetrepair/fleetrepair/controller/store"
 )
 
@@ -106,6 +107,18 @@ type Config struct {
 	// per-agent and token verification rates, shadow reports at once,
 	// security_audit rows per minute); zero fields take the defaults.
 	Limits Limits
+
+	// NodeClaims returns a cluster's NodeClaims as the reconciler's last
+	// periodic pass classified them (repair.Reconciler.NodeClaims), when,
+	// and false when no pass listed the cluster yet. Nil: GET
+	// /api/v1/clusters/{cluster}/nodeclaims answers 503 and the fleet
+	// summary carries no NodeClaim counts.
+	NodeClaims func(cluster string) ([]lifecycle.Claim, time.Time, bool)
+
+	// PeerNodes maps a cluster's Node addresses (InternalIP, ExternalIP)
+	// to Node names, for the peers of job reports named by address
+	// (kube.Cluster.NodeAddresses). Nil: such peers stay unresolved.
+	PeerNodes func(ctx context.Context, cluster string) (map[string]string, error)
 
 	// ApprovalTTL is how long a held repair waits for a decision before it
 	// expires (the reconciler's ApprovalTTL; default 24h),
@@ -202,6 +215,7 @@ func (s *server) routes() http.Handler {
 		// MaxIngestInFlight.
 		r.With(sameOriginJSON).Post("/reports", s.ingest)
 		r = r.With(s.sourceLimit())
+		r.With(sameOriginJSON).Post("/job-reports", s.jobReport)
 		// Every read below needs a viewer when operators or a login are
 		// configured (requireViewer); the walk of TestEveryReadNeedsViewer
 		// holds the router to it.
@@ -219,6 +233,7 @@ func (s *server) routes() http.Handler {
 		r.Get("/stats", s.getStats)
 		r.Get("/reasons", s.reasons)
 		r.Get("/clusters", s.listClusters)
+		r.Get("/clusters/{cluster}/nodeclaims", s.getNodeClaims)
 		r.Get("/breakers", s.getBreakers)
 		r.Get("/shadow", s.shadow)
 		r.Get("/events", s.events)
