@@ -176,7 +176,7 @@ func Start(ctx context.Context, o Options) (*Controller, error) {
 	}
 	svc, err := api.New(api.Config{Store: st, Catalog: cat, Serves: rec.Serves, Authenticator: o.Authenticator,
 		Feed: hub, Login: o.OIDC != nil || o.DevLogin,
-		OnIngest: rec.Trigger, ClusterStates: clusterStates(rec), NodeClaims: rec.NodeClaims, PeerNodes: rec.NodeAddresses, Operators: o.Operators, Gatherer: reg, Registerer: reg, Now: o.Now, Log: o.Log, Limits: o.Limits,
+		OnIngest: rec.Trigger, OnFindings: rec.TriggerFindings, ClusterStates: clusterStates(rec), NodeClaims: rec.NodeClaims, PeerNodes: rec.NodeAddresses, Operators: o.Operators, Gatherer: reg, Registerer: reg, Now: o.Now, Log: o.Log, Limits: o.Limits,
 		Shadow: func(ctx context.Context, since, until time.Time) (any, error) {
 			c := shadowCfg
 			c.Clusters = rec.ClusterNames() // the clusters served now

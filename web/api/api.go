@@ -54,6 +54,10 @@ type Config struct {
 	// changed the node's agent facts (the reconciler's Trigger); a heartbeat
 	// that changes nothing does not call it.
 	OnIngest func(cluster, node string)
+	// OnFindings, when set, is called instead of OnIngest after a report
+	// that inserted findings (the reconciler's TriggerFindings: new
+	// evidence is reconciled ahead of the rest).
+	OnFindings func(cluster, node string)
 	// MaxIngestInFlight bounds the reports being written to PostgreSQL at
 	// once (default DefaultMaxIngestInFlight); a report beyond it is answered
 	// 429 with Retry-After at once, so a slow database sheds load instead of
@@ -391,7 +395,10 @@ func (s *server) ingest(w http.ResponseWriter, r *http.Request) {
 	}
 	s.reports.WithLabelValues("ok").Inc()
 	s.findings.Add(float64(res.Inserted))
-	if s.cfg.OnIngest != nil && (res.Inserted > 0 || res.Changed) {
+	switch {
+	case res.Inserted > 0 && s.cfg.OnFindings != nil:
+		s.cfg.OnFindings(rep.Cluster, rep.Node)
+	case s.cfg.OnIngest != nil && (res.Inserted > 0 || res.Changed):
 		s.cfg.OnIngest(rep.Cluster, rep.Node)
 	}
 	writeJSON(w, http.StatusOK, IngestResponse{Accepted: len(rep.Findings), Inserted: res.Inserted})
