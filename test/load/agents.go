@@ -2,6 +2,7 @@ package load
 
 import (
 	"bytes"
+	"errors"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -86,9 +87,18 @@ type agentTransport struct {
 	cur   atomic.Int32
 	st    *agentStats
 	first atomic.Bool // this agent had a report accepted
+	// dead makes every POST fail at once, unsent and uncounted: the agent
+	// was killed (the fault suite), its process is gone.
+	dead atomic.Bool
 }
 
+// errAgentDead is the error of a dead agent's POSTs.
+var errAgentDead = errors.New("agent process killed")
+
 func (t *agentTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if t.dead.Load() {
+		return nil, errAgentDead
+	}
 	var body []byte
 	if req.Body != nil {
 		b, err := io.ReadAll(req.Body)

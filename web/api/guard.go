@@ -6,6 +6,7 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -28,8 +29,10 @@ import (
 // negative rate turns that limit off (tests of other parts only).
 //
 // A "source" is the TCP peer address (r.RemoteAddr, IPv6 by /64): it cannot
-// be forged, but behind a proxy every client shares the proxy's address, so
-// put agents on a path without one or raise SourceRPS.
+// be forged. Behind a reverse proxy every client shares the proxy's
+// address; list the proxies in TrustedProxies and the source of a request
+// they forward is the client X-Forwarded-For names (never a peer's own
+// claim otherwise).
 type Limits struct {
 	// SourceRPS bounds the requests per second of one source to /api/v1
 	// (httprate's sliding window of one second).
@@ -55,6 +58,14 @@ type Limits struct {
 	// reason) are counted, not written, and a summary row records what was
 	// counted. Every denial is counted on fleetrepair_api_denials_total.
 	AuditRowsPerMinute int
+	// TrustedProxies are the CIDR prefixes ("10.0.0.0/8", "::1/128") of
+	// reverse proxies in front of the controller. A request whose TCP peer
+	// is in one has the source X-Forwarded-For gives: the rightmost entry
+	// outside every prefix (chi's middleware.ClientIPFromXFF); from any other
+	// peer the header is ignored, so a client reaching the controller
+	// directly cannot pick its own rate-limit key. Empty (the default): the
+	// header is never read.
+	TrustedProxies []string
 }
 
 // Defaults of Limits.
@@ -169,9 +180,39 @@ func (k *keyedLimiter) allow(key string, now time.Time) (bool, time.Duration) {
 	return true, 0
 }
 
-// source is the rate-limit key of the request's TCP peer.
+// parseProxies parses Limits.TrustedProxies.
+func parseProxies(cidrs []string) ([]string, error) {
+	out := make([]string, 0, len(cidrs))
+	for _, c := range cidrs {
+		p, err := netip.ParsePrefix(strings.TrimSpace(c))
+		if err != nil {
+			return nil, fmt.Errorf("parse trusted proxy %q (want a CIDR prefix such as 10.0.0.0/8): %w", c, err)
+		}
+		out = append(out, p.String())
+	}
+	return out, nil
+}
+
+// clientIP is the middleware that sets the request's client address
+// (middleware.GetClientIP): the TCP peer, or with trusted proxies the
+// client their X-Forwarded-For names.
+func clientIP(trusted []string) func(http.Handler) http.Handler {
+	if len(trusted) == 0 {
+		return middleware.ClientIPFromRemoteAddr
+	}
+	return middleware.ClientIPFromXFF(trusted...)
+}
+
+// source is the rate-limit key of the request's client (see clientIP). A
+// trusted proxy's malformed X-Forwarded-For leaves no client address; the
+// key is then the proxy itself, never one key shared by every such request
+// of every proxy.
 func source(r *http.Request) string {
-	return httprate.CanonicalizeIP(middleware.GetClientIP(r.Context()))
+	ip := middleware.GetClientIP(r.Context())
+	if ip == "" {
+		ip, _, _ = net.SplitHostPort(r.RemoteAddr)
+	}
+	return httprate.CanonicalizeIP(ip)
 }
 
 // tooMany answers 429 with Retry-After (whole seconds, at least 1), which the
