@@ -496,8 +496,9 @@ func (h *faultHarness) startAgent(ctx context.Context, n *fnode, dir string) {
 	up.SetHeartbeat(finding.Heartbeat{DriverVersion: "550.54.15", KernelVersion: "6.8.0-1015-aws", GPUCount: 8,
 		Monitors: []finding.MonitorState{{Name: "kmsg", State: finding.StateOK, Since: time.Now()}}})
 	actx, stop := context.WithCancel(ctx)
-	n.up, n.stop, n.done = up, stop, make(chan struct{})
-	go func() { _ = up.Run(actx); close(n.done) }()
+	done := make(chan struct{})
+	n.up, n.stop, n.done = up, stop, done
+	go func() { _ = up.Run(actx); close(done) }()
 }
 
 // enqueue gives node n a finding and remembers it.
