@@ -406,7 +406,7 @@ func (h *faultHarness) startController(ctx context.Context, name, crashAt string
 			"--toleration", h.cfg.Toleration.String(), "--resync", "1s", "--read-timeout", h.cfg.ReadTimeout.String(),
 			"--deletions-per-hour", "1000", "--nodepool-deletions-per-hour", "1000", "--max-in-flight-per-nodepool", "100")
 	} else {
-		cmd = exec.Command(h.ctl, "--database-url", dsn, "--listen", listen, "--cluster", Cluster, "--kubeconfig", h.env.Kubeconfig,
+		cmd = exec.Command(h.ctl, "--database-url", dsn, "--listen", listen, "--cluster", Cluster, "--cluster-kubeconfig", h.env.Kubeconfig,
 			"--toleration", h.cfg.Toleration.String(), "--resync", "1s", "--crash-at", crashAt)
 	}
 	dir := h.cfg.LogDir
@@ -506,11 +506,10 @@ func (h *faultHarness) enqueue(n *fnode, f finding.Finding) string {
 	f.Node, f.BootID, f.Count, f.Seq = n.name, n.boot, 1, n.seq.Add(1)
 	f.Time = time.Now().UTC()
 	f.ID = finding.NewID(f)
-	h.mu.Lock()
+	h.mu.Lock() // under the lock: a kill (killAgent) swaps n.up meanwhile
+	defer h.mu.Unlock()
 	h.enqueued[f.ID] = n
-	up := n.up
-	h.mu.Unlock()
-	up.Enqueue(f)
+	n.up.Enqueue(f) // never blocks
 	return f.ID
 }
 
@@ -641,11 +640,23 @@ func (h *faultHarness) waitAcked(ctx context.Context, when string) {
 			return
 		}
 		if time.Now().After(deadline) {
-			h.fail("%d findings unacknowledged %s+%s", left, when, h.cfg.Drain)
+			h.fail("%d findings unacknowledged %s+%s (by node: %v)", left, when, h.cfg.Drain, h.unackedByNode())
 			return
 		}
 		sleepCtx(ctx, 250*time.Millisecond)
 	}
+}
+
+func (h *faultHarness) unackedByNode() map[string]int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := map[string]int{}
+	for id, n := range h.enqueued {
+		if _, ok := h.st.ackTime(id); !ok && !h.killedAt[id] {
+			out[n.name]++
+		}
+	}
+	return out
 }
 
 func (h *faultHarness) unacked() int {

@@ -47,7 +47,7 @@ func run() error {
 	flag.StringVar(&o.DatabaseURL, "database-url", "", "PostgreSQL connection string")
 	flag.StringVar(&o.Listen, "listen", "127.0.0.1:0", "HTTP listen address")
 	flag.StringVar(&cluster, "cluster", "", "cluster name")
-	flag.StringVar(&kubeconfig, "kubeconfig", "", "the cluster's kubeconfig")
+	flag.StringVar(&kubeconfig, "cluster-kubeconfig", "", "the cluster's kubeconfig (controller-runtime registers --kubeconfig)")
 	flag.StringVar(&agentAuth, "agent-auth", "tokenreview", "tokenreview or static")
 	flag.StringVar(&token, "agent-token", "", "the token of --agent-auth=static")
 	flag.DurationVar(&o.Toleration, "toleration", 2*time.Second, "toleration of every reason")
@@ -55,7 +55,7 @@ func run() error {
 	flag.StringVar(&crashAt, "crash-at", "", "SIGKILL this process the first time a repair passes this point (repair.CrashPoints)")
 	flag.Parse()
 	if o.DatabaseURL == "" || cluster == "" || kubeconfig == "" {
-		return errors.New("--database-url, --cluster and --kubeconfig are required")
+		return errors.New("--database-url, --cluster and --cluster-kubeconfig are required")
 	}
 	if crashAt != "" && !slices.Contains(repair.CrashPoints, crashAt) {
 		return fmt.Errorf("--crash-at %q: want one of %v", crashAt, repair.CrashPoints)
