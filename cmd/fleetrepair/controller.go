@@ -34,6 +34,7 @@ func newControllerCmd() *cobra.Command {
 		oidcRoles                            []string
 		kubeQPS                              float64
 		kubeBurst                            int
+		secretsNS, secretsKubeconfig         string
 	)
 	cmd := &cobra.Command{
 		Use:   "controller",
@@ -62,8 +63,8 @@ stops the controller with an error naming the variable.`,
 			if o.Workers <= 0 || kubeQPS <= 0 || kubeBurst <= 0 {
 				return fmt.Errorf("--workers, --kube-api-qps and --kube-api-burst must be > 0 (got %d, %g, %d)", o.Workers, kubeQPS, kubeBurst)
 			}
-			if len(clusters) == 0 {
-				return errors.New("at least one --cluster NAME=KUBECONFIG|in-cluster is required")
+			if len(clusters) == 0 && secretsNS == "" {
+				return errors.New("at least one --cluster NAME=KUBECONFIG|in-cluster, or --cluster-secrets-namespace, is required")
 			}
 			o.Clusters = map[string]*kube.Cluster{}
 			reviewers := map[string]kubernetes.Interface{}
@@ -133,6 +134,17 @@ stops the controller with an error naming the variable.`,
 				}
 				o.Clusters[name], reviewers[name] = k, cs
 			}
+			if secretsNS != "" {
+				cs, err := homeClient(secretsKubeconfig)
+				if err != nil {
+					return err
+				}
+				copts := kube.CachedOptions{QPS: float32(kubeQPS), Burst: kubeBurst}
+				o.ClusterSecrets = &runner.ClusterSecrets{Client: cs, Namespace: secretsNS,
+					Connect: func(name string, cfg *rest.Config) (*kube.Cluster, kubernetes.Interface, error) {
+						return clusterFromConfig(name, cfg, copts)
+					}}
+			}
 			c, err := runner.Start(cmd.Context(), o)
 			if err != nil {
 				return err
@@ -147,6 +159,8 @@ stops the controller with an error naming the variable.`,
 	f.StringVar(&o.TLSCertFile, "tls-cert-file", "", "serve HTTPS with this PEM certificate (re-read when it changes; env FLEETREPAIR_TLS_CERT_FILE); needs --tls-key-file")
 	f.StringVar(&o.TLSKeyFile, "tls-key-file", "", "PEM private key of --tls-cert-file (env FLEETREPAIR_TLS_KEY_FILE)")
 	f.StringArrayVar(&clusters, "cluster", nil, "NAME=KUBECONFIG or NAME=in-cluster (repeatable)")
+	f.StringVar(&secretsNS, "cluster-secrets-namespace", "", "also serve the clusters of kubeconfig Secrets labelled fleetrepair.io/secret-type=cluster in this namespace, picked up and dropped without a restart (env FLEETREPAIR_CLUSTER_SECRETS_NAMESPACE; docs/install.md)")
+	f.StringVar(&secretsKubeconfig, "cluster-secrets-kubeconfig", "in-cluster", "kubeconfig of the cluster holding those Secrets (env FLEETREPAIR_CLUSTER_SECRETS_KUBECONFIG; default the cluster the controller runs in)")
 	f.BoolVar(&o.DryRun, "dry-run", false, "record every decision, delete no NodeClaim")
 	f.DurationVar(&o.Toleration, "toleration", 0, "override every reason's toleration window (e.g. 30s for demos; 0 = catalog defaults: 10m accelerated hardware, 30m other)")
 	f.DurationVar(&o.Resync, "resync", 10*time.Second, "period of the pass over open repairs")
@@ -232,18 +246,16 @@ func parseOIDCRoles(c *auth.OIDCConfig, roles []string) error {
 // its own client-side limiter: a TokenReview burst never delays repair
 // writes, and repair writes never delay agents' authentication.
 func clusterFrom(name, path string, o kube.CachedOptions) (*kube.Cluster, kubernetes.Interface, error) {
-	var (
-		cfg *rest.Config
-		err error
-	)
-	if path == "in-cluster" {
-		cfg, err = rest.InClusterConfig()
-	} else {
-		cfg, err = clientcmd.BuildConfigFromFlags("", path)
-	}
+	cfg, err := restConfig(path)
 	if err != nil {
 		return nil, nil, fmt.Errorf("load kubeconfig for cluster %s: %w", name, err)
 	}
+	return clusterFromConfig(name, cfg, o)
+}
+
+// clusterFromConfig is clusterFrom for a loaded client config (a cluster
+// Secret's kubeconfig).
+func clusterFromConfig(name string, cfg *rest.Config, o kube.CachedOptions) (*kube.Cluster, kubernetes.Interface, error) {
 	k, err := kube.NewCached(name, cfg, o)
 	if err != nil {
 		return nil, nil, err
@@ -255,6 +267,28 @@ func clusterFrom(name, path string, o kube.CachedOptions) (*kube.Cluster, kubern
 		return nil, nil, fmt.Errorf("build clientset for cluster %s: %w", name, err)
 	}
 	return k, cs, nil
+}
+
+// restConfig loads a kubeconfig file, or the in-cluster config for the
+// path "in-cluster".
+func restConfig(path string) (*rest.Config, error) {
+	if path == "in-cluster" {
+		return rest.InClusterConfig()
+	}
+	return clientcmd.BuildConfigFromFlags("", path)
+}
+
+// homeClient is a clientset of the cluster holding the cluster Secrets.
+func homeClient(path string) (kubernetes.Interface, error) {
+	cfg, err := restConfig(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cluster-secrets-kubeconfig %s: %w", path, err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("--cluster-secrets-kubeconfig %s: %w", path, err)
+	}
+	return cs, nil
 }
 
 // Client-side limits of the TokenReview / leader-election clientset. Each

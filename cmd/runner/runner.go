@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"sort"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,6 +24,7 @@ import (
 	"github.com/fleetrepair/fleetrepair/controller/diagnose"
 	"github.com/fleetrepair/fleetrepair/controller/kube"
 	"github.com/fleetrepair/fleetrepair/controller/policy"
+	"github.com/fleetrepair/fleetrepair/controller/remote"
 	"github.com/fleetrepair/fleetrepair/controller/repair"
 	"github.com/fleetrepair/fleetrepair/controller/shadow"
 	"github.com/fleetrepair/fleetrepair/controller/store"
@@ -41,6 +41,9 @@ type Options struct {
 	Listen string
 	// Clusters maps cluster names to their Kubernetes access.
 	Clusters map[string]*kube.Cluster
+	// ClusterSecrets, when set, adds the clusters of kubeconfig Secrets,
+	// picked up and dropped at run time (Clusters may then be empty).
+	ClusterSecrets *ClusterSecrets
 	// DryRun records decisions and deletes no NodeClaim.
 	DryRun bool
 	// Toleration overrides every reason's toleration when > 0.
@@ -115,6 +118,7 @@ type Controller struct {
 	opts Options
 	rec  *repair.Reconciler
 	srv  *http.Server
+	reg  *prometheus.Registry
 }
 
 // Start opens the database (migrating it when asked), builds the reconciler
@@ -126,8 +130,11 @@ func Start(ctx context.Context, o Options) (*Controller, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	if len(o.Clusters) == 0 {
-		return nil, errors.New("start controller: no clusters configured")
+	if len(o.Clusters) == 0 && o.ClusterSecrets == nil {
+		return nil, errors.New("start controller: no clusters configured (give --cluster or --cluster-secrets-namespace)")
+	}
+	if cs := o.ClusterSecrets; cs != nil && (cs.Client == nil || cs.Namespace == "" || cs.Connect == nil) {
+		return nil, errors.New("start controller: ClusterSecrets needs Client, Namespace and Connect")
 	}
 	if o.Migrate {
 		if err := store.Migrate(ctx, o.DatabaseURL, "up", nil); err != nil {
@@ -140,11 +147,7 @@ func Start(ctx context.Context, o Options) (*Controller, error) {
 	}
 	if b := o.Budgets; b != nil {
 		for name := range o.Clusters {
-			if _, err := st.SetClusterBudget(ctx, name, b.DeletionsPerHour, b.MaxInFlightPerNodePool, o.Now()); err != nil {
-				st.Close()
-				return nil, fmt.Errorf("start controller: %w", err)
-			}
-			if err := st.SetNodePoolBudget(ctx, name, b.NodePoolDeletionsPerHour, o.Now()); err != nil {
+			if err := setBudgets(ctx, st, name, b, o.Now()); err != nil {
 				st.Close()
 				return nil, fmt.Errorf("start controller: %w", err)
 			}
@@ -182,14 +185,14 @@ func Start(ctx context.Context, o Options) (*Controller, error) {
 		st.Close()
 		return nil, err
 	}
-	names := make([]string, 0, len(o.Clusters))
-	for n := range o.Clusters {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	svc, err := api.New(api.Config{Store: st, Catalog: cat, Clusters: names, Authenticator: o.Authenticator,
+	shadowCfg := shadow.Config{Store: st, Engine: eng, Policy: pol, Breaker: bp, Toleration: o.Toleration, Resync: o.Resync}
+	svc, err := api.New(api.Config{Store: st, Catalog: cat, Serves: rec.Serves, Authenticator: o.Authenticator,
 		OnIngest: rec.Trigger, ClusterStates: clusterStates(rec), Operators: o.Operators, Gatherer: reg, Registerer: reg, Now: o.Now, Log: o.Log, Limits: o.Limits,
-		Shadow: shadow.Config{Store: st, Engine: eng, Policy: pol, Breaker: bp, Toleration: o.Toleration, Clusters: names, Resync: o.Resync}.ReportFunc()})
+		Shadow: func(ctx context.Context, since, until time.Time) (any, error) {
+			c := shadowCfg
+			c.Clusters = rec.ClusterNames() // the clusters served now
+			return c.ReportFunc()(ctx, since, until)
+		}})
 	if err != nil {
 		st.Close()
 		return nil, err
@@ -219,7 +222,7 @@ func Start(ctx context.Context, o Options) (*Controller, error) {
 		return nil, fmt.Errorf("start controller: listen on %s: %w", o.Listen, err)
 	}
 	return &Controller{URL: scheme + "://" + ln.Addr().String(), Store: st, ln: ln, opts: o, rec: rec,
-		srv: api.NewServer(h, sopts)}, nil
+		srv: api.NewServer(h, sopts), reg: reg}, nil
 }
 
 // Run serves the API and runs the reconciler until ctx ends, then shuts the
@@ -235,6 +238,12 @@ func (c *Controller) Run(ctx context.Context) error {
 		}
 	}
 	g.Go(func() error { return c.rec.Run(ctx) })
+	if cs := c.opts.ClusterSecrets; cs != nil {
+		w := &remote.Watcher{Client: cs.Client, Namespace: cs.Namespace, Log: c.opts.Log, Registerer: c.reg,
+			Handler:  &remoteClusters{c: c, ctx: ctx, elections: map[string]context.CancelFunc{}},
+			Reserved: func(name string) bool { return c.opts.Clusters[name] != nil }}
+		g.Go(func() error { return w.Run(ctx) })
+	}
 	g.Go(func() error { c.maintainFindings(ctx); return nil })
 	g.Go(func() error { return sweepSessions(ctx, c.Store, c.opts.Now, c.opts.Log) })
 	g.Go(func() error {
@@ -253,13 +262,30 @@ func (c *Controller) Run(ctx context.Context) error {
 		defer cancel()
 		return c.srv.Shutdown(sctx)
 	})
-	c.opts.Log.Info("controller running", "url", c.URL, "dry_run", c.opts.DryRun, "clusters", len(c.opts.Clusters))
+	c.opts.Log.Info("controller running", "url", c.URL, "dry_run", c.opts.DryRun, "clusters", len(c.opts.Clusters),
+		"cluster_secrets", c.opts.ClusterSecrets != nil)
 	return g.Wait()
 }
 
 // Clusters returns what the controller knows of each cluster: API server
 // reachability and, with leader election, whether this replica leads it.
 func (c *Controller) Clusters() []repair.ClusterState { return c.rec.Clusters() }
+
+// setBudgets applies b to cluster's budget rows (a new cluster, or every
+// configured one at start).
+func setBudgets(ctx context.Context, st *store.Store, cluster string, b *Budgets, now time.Time) error {
+	if _, err := st.SetClusterBudget(ctx, cluster, b.DeletionsPerHour, b.MaxInFlightPerNodePool, now); err != nil {
+		return err
+	}
+	return st.SetNodePoolBudget(ctx, cluster, b.NodePoolDeletionsPerHour, now)
+}
+
+func (c *Controller) setBudgets(ctx context.Context, cluster string, b *Budgets) error {
+	if err := setBudgets(ctx, c.Store, cluster, b, c.opts.Now()); err != nil {
+		return fmt.Errorf("set budgets of cluster %s: %w", cluster, err)
+	}
+	return nil
+}
 
 // FindingsMaintenanceInterval is how often a controller creates the finding
 // partitions ahead and drops those past retention (store.MaintainFindings).

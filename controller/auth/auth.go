@@ -91,7 +91,8 @@ type TokenReview struct {
 	// Clusters maps a cluster name to a client of its API server. Give each
 	// client its own QPS/burst (cmd/fleetrepair sets 100/200, apart from the
 	// reconciler's client): client-go's default of 5/10 serves about 150
-	// agents re-authenticating every 30 s.
+	// agents re-authenticating every 30 s. Change it after the first
+	// Authenticate only through SetCluster and RemoveCluster.
 	Clusters map[string]kubernetes.Interface
 	// Audience the tokens must carry (default DefaultAudience).
 	Audience string
@@ -113,9 +114,30 @@ type TokenReview struct {
 	Now           func() time.Time
 
 	once     sync.Once
+	mu       sync.RWMutex // guards Clusters
 	accepted *expirable.LRU[[32]byte, cached]
 	rejected *expirable.LRU[[32]byte, cachedErr]
 	flight   singleflight.Group
+}
+
+// SetCluster makes tokens claiming cluster be reviewed by cs from now on (a
+// cluster picked up at run time, or its rotated credential).
+func (t *TokenReview) SetCluster(cluster string, cs kubernetes.Interface) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.Clusters == nil {
+		t.Clusters = map[string]kubernetes.Interface{}
+	}
+	t.Clusters[cluster] = cs
+}
+
+// RemoveCluster stops reviewing tokens of cluster. Its cached reviews
+// accept nothing from then on (Authenticate looks the cluster up before
+// the cache) and age out of the LRU.
+func (t *TokenReview) RemoveCluster(cluster string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.Clusters, cluster)
 }
 
 // Defaults of TokenReview.
@@ -187,6 +209,14 @@ func (t *TokenReview) Authenticate(ctx context.Context, token, cluster string) (
 		return Identity{}, fmt.Errorf("no bearer token: %w", ErrUnauthenticated)
 	}
 	t.init()
+	// The cluster is looked up first, so a removed cluster's cached reviews
+	// accept nothing (RemoveCluster).
+	t.mu.RLock()
+	cs, ok := t.Clusters[cluster]
+	t.mu.RUnlock()
+	if !ok {
+		return Identity{}, fmt.Errorf("no credential of the claimed cluster can be verified here: %w", ErrUnauthenticated)
+	}
 	now := t.now()
 	key := CacheKey(cluster, token)
 	if c, ok := t.accepted.Get(key); ok && now.Before(c.expires) {
@@ -194,10 +224,6 @@ func (t *TokenReview) Authenticate(ctx context.Context, token, cluster string) (
 	}
 	if c, ok := t.rejected.Get(key); ok && now.Before(c.expires) {
 		return Identity{}, c.err
-	}
-	cs, ok := t.Clusters[cluster]
-	if !ok {
-		return Identity{}, fmt.Errorf("no credential of the claimed cluster can be verified here: %w", ErrUnauthenticated)
 	}
 	v, err, _ := t.flight.Do(string(key[:]), func() (any, error) {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.reviewTimeout())

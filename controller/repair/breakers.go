@@ -132,7 +132,7 @@ func (r *Reconciler) evaluateBreakers(ctx context.Context, fleet map[string][]ku
 	var active []diagnose.Diagnosis
 	var replaced []breaker.Replaced
 	infos := map[string]kube.NodeInfo{} // by decide.NodeName
-	for name := range r.cfg.Clusters {
+	for _, name := range r.ClusterNames() {
 		ds, err := r.cfg.Store.ActiveDiagnoses(ctx, name, "")
 		if err != nil {
 			return fmt.Errorf("evaluate breakers: %w", err)

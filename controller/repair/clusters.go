@@ -2,7 +2,6 @@ package repair
 
 import (
 	"errors"
-	"sort"
 	"time"
 
 	"github.com/fleetrepair/fleetrepair/controller/kube"
@@ -44,10 +43,11 @@ func (r *Reconciler) observe(cluster string, err error) {
 // Clusters returns the state of every configured cluster, sorted by name.
 // A cluster not contacted yet is reported unreachable since the start.
 func (r *Reconciler) Clusters() []ClusterState {
+	names := r.ClusterNames()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make([]ClusterState, 0, len(r.cfg.Clusters))
-	for name := range r.cfg.Clusters {
+	out := make([]ClusterState, 0, len(names))
+	for _, name := range names {
 		st, ok := r.clusters[name]
 		if !ok {
 			st = ClusterState{Name: name, LastError: "not contacted yet"}
@@ -58,7 +58,6 @@ func (r *Reconciler) Clusters() []ClusterState {
 		}
 		out = append(out, st)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
 }
 

@@ -110,7 +110,7 @@ func (r *Reconciler) catchUp(ctx context.Context, passStart time.Time) {
 		return // the next pass tries again from the same point
 	}
 	for _, n := range refs {
-		if _, ok := r.cfg.Clusters[n.Cluster]; ok && r.leads(n.Cluster) {
+		if r.Serves(n.Cluster) && r.leads(n.Cluster) {
 			r.queue.Add(nodeKey{n.Cluster, n.Node})
 		}
 	}
@@ -151,11 +151,7 @@ func (r *Reconciler) resetCatchUpLocked(from time.Time) {
 // a deletion through on stale evidence.
 func (r *Reconciler) Run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
-	for name, k := range r.cfg.Clusters {
-		g.Go(func() error {
-			return k.Run(ctx, func(node string) { r.Trigger(name, node) })
-		})
-	}
+	r.startMembers(ctx) // and every cluster added later (AddCluster)
 	r.mu.Lock()
 	elected := r.leading != nil
 	r.mu.Unlock()
@@ -201,6 +197,10 @@ func (r *Reconciler) work(ctx context.Context) bool {
 		return false
 	}
 	defer r.queue.Done(k)
+	if !r.Serves(k.cluster) {
+		r.queue.Forget(k) // removed since it was queued (RemoveCluster)
+		return true
+	}
 	if !r.leads(k.cluster) {
 		r.queue.Forget(k) // another replica leads it now; its catch-up covers this node
 		return true
@@ -276,12 +276,13 @@ func (r *Reconciler) enqueueOpen(ctx context.Context) {
 // each within ProbeTimeout, so one dead API server stalls no other. An
 // unreachable cluster is absent from the result (its nodes are unknown).
 func (r *Reconciler) listFleet(ctx context.Context) map[string][]kube.NodeInfo {
-	out := make(map[string][]kube.NodeInfo, len(r.cfg.Clusters))
+	members := r.memberSnapshot()
+	out := make(map[string][]kube.NodeInfo, len(members))
 	var (
 		mu sync.Mutex
 		wg sync.WaitGroup
 	)
-	for name, k := range r.cfg.Clusters {
+	for name, k := range members {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

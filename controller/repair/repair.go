@@ -146,6 +146,12 @@ type Reconciler struct {
 	// clusters holds the reachability of each cluster's API server.
 	clusters map[string]ClusterState
 
+	// members are the served clusters (Config.Clusters, then AddCluster
+	// and RemoveCluster); runCtx is Run's context once it runs.
+	membersMu sync.RWMutex
+	members   map[string]*member
+	runCtx    context.Context
+
 	// released counts breaker-held repairs released in the current pass.
 	released int
 
@@ -209,7 +215,7 @@ func New(cfg Config) (*Reconciler, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	r := &Reconciler{cfg: cfg, log: cfg.Log, evaluate: make(chan struct{}, 1),
+	r := &Reconciler{cfg: cfg, log: cfg.Log, evaluate: make(chan struct{}, 1), members: map[string]*member{},
 		reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fleetrepair_reconcile_total",
 			Help: "Node reconciliations by result (ok, error)."}, []string{"result"}),
 		deletions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fleetrepair_nodeclaim_deletions_total",
@@ -241,6 +247,12 @@ func New(cfg Config) (*Reconciler, error) {
 	r.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
 		workqueue.NewTypedItemExponentialFailureRateLimiter[nodeKey](cfg.RetryBase, cfg.RetryMax),
 		workqueue.TypedRateLimitingQueueConfig[nodeKey]{Name: "nodes", MetricsProvider: qm})
+	for name, k := range cfg.Clusters {
+		if k == nil {
+			return nil, fmt.Errorf("new reconciler: cluster %s has no Kubernetes access", name)
+		}
+		r.members[name] = &member{k: k}
+	}
 	return r, nil
 }
 
@@ -248,9 +260,9 @@ func New(cfg Config) (*Reconciler, error) {
 // to date with its findings. It is idempotent. Errors are returned wrapped;
 // the next pass retries.
 func (r *Reconciler) ReconcileNode(ctx context.Context, cluster, node string) error {
-	k := r.cfg.Clusters[cluster]
+	k := r.kubeFor(cluster)
 	if k == nil {
-		return fmt.Errorf("reconcile %s/%s: cluster %q is not configured", cluster, node, cluster)
+		return fmt.Errorf("reconcile %s/%s: %w", cluster, node, ErrUnknownCluster)
 	}
 	now := r.cfg.Now()
 	open, err := r.cfg.Store.OpenRepairForNode(ctx, cluster, node)

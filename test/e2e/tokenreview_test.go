@@ -2,11 +2,8 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"io"
 	"log/slog"
-	"net/http"
-	"strings"
 	"testing"
 	"time"
 
@@ -15,7 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/fleetrepair/fleetrepair/agent/finding"
 	"github.com/fleetrepair/fleetrepair/cmd/runner"
 	"github.com/fleetrepair/fleetrepair/controller/auth"
 	"github.com/fleetrepair/fleetrepair/controller/kube"
@@ -91,19 +87,7 @@ func TestAgentTokensAgainstRealAPIServers(t *testing.T) {
 	good := podToken(t, cs[0], "gpu-1", "fleetrepair")
 	otherAud := podToken(t, cs[0], "gpu-2", "not-fleetrepair")
 	post := func(clusterName, node, token string) (int, string) {
-		f := finding.Finding{Detector: "xid", Xid: 13, GPUPCI: "0000:3b:00.0", Count: 1, Evidence: []string{"xid 13 " + node + clusterName}}
-		f.ID = finding.NewID(f)
-		body, _ := json.Marshal(finding.Report{SchemaVersion: finding.SchemaVersion, Cluster: clusterName, Node: node, BootID: "b1", Findings: []finding.Finding{f}})
-		req, _ := http.NewRequest(http.MethodPost, ctrl.URL+"/api/v1/reports", strings.NewReader(string(body)))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Authorization", "Bearer "+token)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+		return postXid(t, ctrl.URL, clusterName, node, token)
 	}
 	for _, tc := range []struct {
 		name, cluster, node, token string

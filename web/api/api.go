@@ -40,6 +40,10 @@ type Config struct {
 	// Clusters are the cluster names this controller serves; reports for
 	// other clusters are refused.
 	Clusters []string
+	// Serves, when set, answers whether a cluster is served at this moment
+	// instead of Clusters (clusters picked up and dropped at run time from
+	// kubeconfig Secrets; the reconciler's ClusterNames).
+	Serves func(cluster string) bool
 	// Authenticator checks agents' bearer tokens (auth.StaticToken for demos,
 	// *auth.TokenReview in production). Nil accepts every report: only for
 	// tests and explicitly insecure setups.

@@ -317,7 +317,7 @@ func (s *server) authenticateAgent(w http.ResponseWriter, r *http.Request, rep *
 			return false
 		}
 	}
-	if !s.clusters[rep.Cluster] {
+	if !s.serves(rep.Cluster) {
 		s.reports.WithLabelValues("invalid").Inc()
 		writeError(w, http.StatusForbidden, "unknown cluster", fmt.Sprintf("cluster %q is not served by this controller", rep.Cluster), nil)
 		return false
@@ -463,4 +463,13 @@ func (s *server) acquireShadow(w http.ResponseWriter, caller string) (release fu
 		s.tooMany(w, "shadow", fmt.Sprintf("%d shadow reports are running, the most at once; retry later", cap(s.guards.shadow)), 10*time.Second)
 		return nil, false
 	}
+}
+
+// serves reports whether cluster is served now (Config.Serves, else the
+// static Config.Clusters).
+func (s *server) serves(cluster string) bool {
+	if s.cfg.Serves != nil {
+		return s.cfg.Serves(cluster)
+	}
+	return s.clusters[cluster]
 }
