@@ -168,6 +168,9 @@ type FaultResult struct {
 	Steps           []StepResult
 	Stuck           []string // repairs left in an intermediate state (must be none)
 
+	// ClientErrors are the first 4xx answers (not 429) the good agents got.
+	ClientErrors []string
+
 	Failures []string
 }
 
@@ -217,8 +220,9 @@ type faultHarness struct {
 	others   []*fnode
 
 	mu       sync.Mutex
-	enqueued map[string]*fnode // finding ID -> node, every finding given to an agent
-	killedAt map[string]bool   // IDs a killed agent held only in memory at its kill
+	enqueued map[string]*fnode    // finding ID -> node, every finding given to an agent
+	killedAt map[string]bool      // IDs a killed agent held only in memory at its kill
+	late     map[string]time.Time // IDs still unacknowledged when a drain gave up, and when
 }
 
 // RunFaults builds the fleet, plays the faults and returns the figures.
@@ -227,7 +231,7 @@ func RunFaults(tb testing.TB, cfg FaultConfig) *FaultResult {
 	tb.Helper()
 	cfg.defaults()
 	h := &faultHarness{tb: tb, cfg: cfg, res: &FaultResult{Config: cfg, BadTokenAnswers: map[int]int64{}}, st: newAgentStats(),
-		log: cfg.Logf, enqueued: map[string]*fnode{}, killedAt: map[string]bool{}}
+		log: cfg.Logf, enqueued: map[string]*fnode{}, killedAt: map[string]bool{}, late: map[string]time.Time{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	tb.Cleanup(cancel)
 	h.setup(ctx)
@@ -634,13 +638,21 @@ func (h *faultHarness) killAgent(ctx context.Context, n *fnode) {
 // acknowledged, at most Drain.
 func (h *faultHarness) waitAcked(ctx context.Context, when string) {
 	deadline := time.Now().Add(h.cfg.Drain)
+	c0 := h.st.counts()
 	for {
 		left := h.unacked()
 		if left == 0 {
 			return
 		}
 		if time.Now().After(deadline) {
-			h.fail("%d findings unacknowledged %s+%s (by node: %v)", left, when, h.cfg.Drain, h.unackedByNode())
+			h.fail("%d findings unacknowledged %s+%s (by node: %v), answers meanwhile %+v", left, when, h.cfg.Drain, h.unackedByNode(), h.st.counts().sub(c0))
+			h.mu.Lock()
+			for id := range h.enqueued {
+				if _, ok := h.st.ackTime(id); !ok && !h.killedAt[id] {
+					h.late[id] = time.Now()
+				}
+			}
+			h.mu.Unlock()
 			return
 		}
 		sleepCtx(ctx, 250*time.Millisecond)
@@ -949,6 +961,18 @@ func (h *faultHarness) final(ctx context.Context) {
 	if res.Lost != 0 {
 		h.fail("%d of %d acknowledged findings are not in the database", res.Lost, res.Acked)
 	}
+	h.st.mu.Lock()
+	res.ClientErrors = append([]string(nil), h.st.clientErrors...)
+	h.st.mu.Unlock()
+	h.mu.Lock()
+	for id, at := range h.late {
+		if acked, ok := h.st.ackTime(id); ok {
+			h.log("late finding %s of %s: acknowledged %s after the drain gave up", id, h.enqueued[id].name, acked.Sub(at).Round(time.Millisecond))
+		} else {
+			h.log("late finding %s of %s: never acknowledged", id, h.enqueued[id].name)
+		}
+	}
+	h.mu.Unlock()
 	h.mu.Lock()
 	spooled, replayed := res.Spooled, res.Replayed
 	h.mu.Unlock()
@@ -1004,6 +1028,12 @@ func (r *FaultResult) WriteTable(w io.Writer) error {
 		fmt.Fprintf(&b, "  %-22s killed=%-5v state at kill %-12s final %-9s NodeClaim DELETE calls %.0f  (%s)\n", s.Point, s.Killed, s.StateAtKill, s.Final, s.Deletes, s.Took.Round(100*time.Millisecond))
 	}
 	fmt.Fprintf(&b, "repairs stuck in an intermediate state: %d %v\n", len(r.Stuck), r.Stuck)
+	if len(r.ClientErrors) > 0 {
+		fmt.Fprintf(&b, "\n4xx answers to good agents (first %d):\n", len(r.ClientErrors))
+		for _, e := range r.ClientErrors {
+			fmt.Fprintf(&b, "  %s\n", e)
+		}
+	}
 	if len(r.Failures) > 0 {
 		fmt.Fprintf(&b, "\nFAILURES:\n")
 		for _, f := range r.Failures {
