@@ -151,8 +151,13 @@ type FaultResult struct {
 	// (agent/uplink/doc.go), so a SIGKILL loses them by design.
 	LostAtKill int
 
-	PGOutage        time.Duration
-	OutageAnswers   counts // good agents' POST outcomes while PostgreSQL was down
+	PGOutage      time.Duration
+	OutageAnswers counts // good agents' POST outcomes while PostgreSQL was down
+	// OutageDrain is how long after PostgreSQL came back every finding
+	// given to a live agent was acknowledged; DrainAnswers the POST
+	// outcomes meanwhile.
+	OutageDrain     time.Duration
+	DrainAnswers    counts
 	AgentsKilled    int
 	Spooled         int // findings in the killed agents' spool files at the kill
 	Replayed        int // of those, acknowledged after the restart (must equal Spooled)
@@ -561,7 +566,9 @@ func (h *faultHarness) pgOutage(ctx context.Context) {
 	h.res.OutageAnswers = h.st.counts().sub(c0)
 	h.log("PostgreSQL back after %s; agents' answers meanwhile %+v", h.res.PGOutage.Round(time.Millisecond), h.res.OutageAnswers)
 	h.res.AgentsKilled = h.cfg.KillAgents
-	h.waitAcked(ctx, "after the PostgreSQL outage")
+	c1 := h.st.counts()
+	h.res.OutageDrain = h.waitAcked(ctx, "after the PostgreSQL outage")
+	h.res.DrainAnswers = h.st.counts().sub(c1)
 }
 
 // killAgent kills n's agent as SIGKILL would: its process stops sending at
@@ -636,13 +643,15 @@ func (h *faultHarness) killAgent(ctx context.Context, n *fnode) {
 
 // waitAcked waits until every finding given to a live agent is
 // acknowledged, at most Drain.
-func (h *faultHarness) waitAcked(ctx context.Context, when string) {
-	deadline := time.Now().Add(h.cfg.Drain)
+func (h *faultHarness) waitAcked(ctx context.Context, when string) time.Duration {
+	start := time.Now()
+	deadline := start.Add(h.cfg.Drain)
 	c0 := h.st.counts()
 	for {
 		left := h.unacked()
 		if left == 0 {
-			return
+			h.log("everything acknowledged %s within %s; answers meanwhile %+v", when, time.Since(start).Round(time.Millisecond), h.st.counts().sub(c0))
+			return time.Since(start)
 		}
 		if time.Now().After(deadline) {
 			h.fail("%d findings unacknowledged %s+%s (by node: %v), answers meanwhile %+v", left, when, h.cfg.Drain, h.unackedByNode(), h.st.counts().sub(c0))
@@ -653,7 +662,7 @@ func (h *faultHarness) waitAcked(ctx context.Context, when string) {
 				}
 			}
 			h.mu.Unlock()
-			return
+			return time.Since(start)
 		}
 		sleepCtx(ctx, 250*time.Millisecond)
 	}
@@ -938,7 +947,7 @@ func (h *faultHarness) nodeClaimDeletes(ctx context.Context) float64 {
 
 // drain waits until everything given to a live agent is acknowledged.
 func (h *faultHarness) drain(ctx context.Context) {
-	h.waitAcked(ctx, "at the end")
+	_ = h.waitAcked(ctx, "at the end")
 }
 
 // final counts acknowledged vs stored findings and the repairs left open.
@@ -1018,6 +1027,8 @@ func (r *FaultResult) WriteTable(w io.Writer) error {
 		r.Enqueued, r.Acked, r.Stored, r.Lost, r.LostAtKill)
 	fmt.Fprintf(&b, "PostgreSQL stopped %s: good agents' POSTs meanwhile %d accepted, %d 503, %d 429, %d other 4xx, %d no answer\n",
 		r.PGOutage.Round(time.Second), r.OutageAnswers.ok, r.OutageAnswers.server, r.OutageAnswers.tooMany, r.OutageAnswers.client, r.OutageAnswers.network)
+	fmt.Fprintf(&b, "after PostgreSQL came back: everything acknowledged within %s; POSTs meanwhile %d accepted, %d 503, %d 429, %d other 4xx, %d no answer\n",
+		r.OutageDrain.Round(100*time.Millisecond), r.DrainAnswers.ok, r.DrainAnswers.server, r.DrainAnswers.tooMany, r.DrainAnswers.client, r.DrainAnswers.network)
 	fmt.Fprintf(&b, "agents killed mid-outage: %d; findings in their spools %d, replayed and acknowledged after restart %d\n", r.AgentsKilled, r.Spooled, r.Replayed)
 	fmt.Fprintf(&b, "slow-body flood: %d connections, peak held %d, held after read timeout + 5s: %d (must be 0), longest held %s; good agents accepted %.1f%% (%d of %d)\n",
 		r.SlowConns, r.SlowHeldPeak, r.SlowHeldAfter, r.SlowLongest.Round(100*time.Millisecond), r.SlowAcceptance.Percent(), r.SlowAcceptance.Accepted, r.SlowAcceptance.Accepted+r.SlowAcceptance.Refused)
