@@ -403,3 +403,44 @@ func TestStormIsBounded(t *testing.T) {
 		t.Errorf("aggregate: %d findings, count %d, lines %s, evidence %d", len(agg), agg[0].Count, agg[0].Attr(finding.AttrLines), len(agg[0].Evidence))
 	}
 }
+
+// TestXFSErrorIsNotShutdown: an XFS metadata CRC report (the verifier's
+// lines, the buffer dump and the failed read) says "error"; only XFS's own
+// shutdown lines say "shutdown". The controller repairs the node on a
+// shutdown of its root volume, never on an error it survived.
+func TestXFSErrorIsNotShutdown(t *testing.T) {
+	t.Parallel()
+	kinds := func(lines []string) map[string]int {
+		d := New(Options{})
+		var got []finding.Finding
+		for i, l := range lines {
+			got = append(got, d.Feed(rec(uint64(i+1), int64(i), l))...)
+		}
+		got = append(got, d.Flush()...)
+		out := map[string]int{}
+		for _, f := range got {
+			if f.Detector != finding.DetectorFilesystemError {
+				t.Errorf("unexpected finding %s %v", f.Detector, f.Attrs)
+				continue
+			}
+			out[f.Attr(finding.AttrKind)] += f.Count
+		}
+		return out
+	}
+	crc := []string{
+		"XFS (nvme0n1p1): Metadata CRC error detected at xfs_dir3_block_read_verify+0x9e/0xc0 [xfs], xfs_dir3_block block 0x1e3c80",
+		"XFS (nvme0n1p1): Unmount and run xfs_repair",
+		"XFS (nvme0n1p1): First 128 bytes of corrupted metadata buffer:",
+		"00000000: 58 44 42 33 00 00 00 00 00 00 00 00 00 1e 3c 80  XDB3..........<.",
+		`XFS (nvme0n1p1): metadata I/O error in "xfs_da_read_buf+0xd9/0x130 [xfs]" at daddr 0x1e3c80 len 8 error 74`,
+	}
+	if got := kinds(crc); got["shutdown"] != 0 || got["error"] == 0 {
+		t.Errorf("CRC error report: kinds %v, want errors only", got)
+	}
+	shutdown := append(append([]string(nil), crc...),
+		"XFS (nvme0n1p1): Corruption of in-memory data (0x8) detected at xfs_trans_cancel+0x1a1/0x1e0 [xfs] (fs/xfs/xfs_trans.c:1104).  Shutting down filesystem.",
+		"XFS (nvme0n1p1): Please unmount the filesystem and rectify the problem(s)")
+	if got := kinds(shutdown); got["shutdown"] != 1 {
+		t.Errorf("shutdown report: kinds %v, want one shutdown", got)
+	}
+}

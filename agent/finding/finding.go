@@ -153,6 +153,7 @@ const (
 	AttrRemoteGIDs         = "remote_gids"          // nccl-net-error: remote GIDs, comma separated, first seen first
 	AttrDeletionTimestamp  = "deletion_timestamp"   // node-terminating, nodeclaim-status: RFC 3339
 	AttrFinalizers         = "finalizers"           // nodeclaim-status: finalizers, comma separated
+	AttrHeartbeat          = "last_heartbeat"       // node-condition: the condition's lastHeartbeatTime, RFC 3339 (absent: the agent sets none)
 )
 
 // Finding is one fact observed on one node. Its ID is an idempotency key: the

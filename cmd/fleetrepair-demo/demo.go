@@ -27,6 +27,7 @@ import (
 	"github.com/fleetrepair/fleetrepair/agent/uplink"
 	"github.com/fleetrepair/fleetrepair/cmd/runner"
 	"github.com/fleetrepair/fleetrepair/controller/auth"
+	"github.com/fleetrepair/fleetrepair/controller/config"
 	"github.com/fleetrepair/fleetrepair/controller/kube"
 	"github.com/fleetrepair/fleetrepair/controller/ledger"
 	"github.com/fleetrepair/fleetrepair/controller/store"
@@ -193,10 +194,8 @@ func runDemo(ctx context.Context, o demoOptions, out io.Writer) error {
 	}
 	log := slog.New(slog.NewTextHandler(logw, nil))
 	ctrl, err := runner.Start(ctx, runner.Options{DatabaseURL: dsn, Migrate: true, Listen: o.listen,
-		Clusters: map[string]*kube.Cluster{demoCluster: kube.New(demoCluster, c)}, Toleration: o.toleration,
-		Authenticator: auth.StaticToken{Token: demoToken}, Operators: demoOperators(),
-		Budgets: &runner.Budgets{DeletionsPerHour: 20, NodePoolDeletionsPerHour: 10, MaxInFlightPerNodePool: 1},
-		Resync:  time.Second, DevLogin: true, Log: log})
+		Clusters: map[string]*kube.Cluster{demoCluster: kube.New(demoCluster, c)}, Config: demoConfig(o.toleration),
+		Authenticator: auth.StaticToken{Token: demoToken}, Operators: demoOperators(), DevLogin: true, Log: log})
 	if err != nil {
 		return err
 	}
@@ -249,7 +248,9 @@ func runDemo(ctx context.Context, o demoOptions, out io.Writer) error {
 	goRun("watch breakers", func() error { return watchBreakers(ctx, ctrl.Store, p) })
 
 	p("agents started; %s", storyLine())
-	p("try:  curl -s %s/api/v1/repairs | jq   or   ./bin/fleetrepair repairs list --server %s", ctrl.URL, ctrl.URL)
+	p("try:  curl -s -H 'Authorization: Bearer %s' %s/api/v1/repairs | jq   or   FLEETREPAIR_TOKEN=%s ./bin/fleetrepair repairs list --server %s",
+		demoOperatorToken, ctrl.URL, demoOperatorToken, ctrl.URL)
+	p("live: curl -N -H 'Authorization: Bearer %s' %s/api/v1/events", demoOperatorToken, ctrl.URL)
 	p("on-call (DEMO MODE local login):  ./bin/fleetrepair approve ID --reason '...' --token %s --server %s", demoOperatorToken, ctrl.URL)
 
 	var result error
@@ -566,4 +567,14 @@ func demoProblems(ctx context.Context, st *store.Store, sim *karpentersim.Sim, r
 		}
 	}
 	return out
+}
+
+// demoConfig is the demo's controller configuration: the defaults with
+// the demo's toleration, a one-second pass and budgets that let the
+// scenarios' repairs through at demo speed.
+func demoConfig(toleration time.Duration) *config.Config {
+	c := config.Default()
+	c.Repair.Toleration, c.Repair.Resync = toleration, time.Second
+	c.Budgets.DeletionsPerHour, c.Budgets.NodePoolDeletionsPerHour, c.Budgets.MaxInFlightPerNodePool = 20, 10, 1
+	return &c
 }

@@ -10,13 +10,17 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/fleetrepair/fleetrepair/cmd/runner"
 	"github.com/fleetrepair/fleetrepair/controller/auth"
+	"github.com/fleetrepair/fleetrepair/controller/catalog"
+	"github.com/fleetrepair/fleetrepair/controller/config"
 	"github.com/fleetrepair/fleetrepair/controller/kube"
+	"github.com/fleetrepair/fleetrepair/controller/policy"
 	"github.com/fleetrepair/fleetrepair/controller/store"
 	"github.com/fleetrepair/fleetrepair/web/api"
 )
@@ -24,11 +28,12 @@ import (
 func newControllerCmd() *cobra.Command {
 	var (
 		o                                    runner.Options
+		flagCfg                              = config.Default() // the flags' defaults (configFlags reads the values given)
+		configFile, policyFile               string
 		clusters, agentSAs                   []string
 		agentAuth, agentToken, agentAudience string
 		leaderElect                          bool
 		operatorsFile                        string
-		budgets                              runner.Budgets
 		leNamespace, leIdentity              string
 		oidc                                 auth.OIDCConfig
 		oidcRoles                            []string
@@ -42,7 +47,14 @@ func newControllerCmd() *cobra.Command {
 		Long: `Run the controller.
 
 Clusters are given as --cluster NAME=KUBECONFIG (repeatable), or NAME=in-cluster
-for the cluster the controller runs in. Every flag has an environment fallback,
+for the cluster the controller runs in.
+
+--config FILE (env FLEETREPAIR_CONFIG) reads the controller configuration
+(docs/config.md): breakers and their label cohorts, deletion budgets, repair
+timings and policy overrides. A flag that sets the same thing wins over the
+file: flag, then environment, then file, then default.
+
+Every flag has an environment fallback,
 FLEETREPAIR_ and the flag's name in capitals with underscores (--dry-run:
 FLEETREPAIR_DRY_RUN=true), except --database-url (DATABASE_URL) and
 --leader-elect-namespace / --leader-elect-identity (POD_NAMESPACE, POD_NAME).
@@ -50,18 +62,19 @@ A flag given on the command line wins; a malformed value (FLEETREPAIR_DRY_RUN=ye
 stops the controller with an error naming the variable.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := flagsFromEnv(cmd, map[string]string{"database-url": "DATABASE_URL",
-				"leader-elect-namespace": "POD_NAMESPACE", "leader-elect-identity": "POD_NAME"}); err != nil {
+			if err := flagsFromEnv(cmd, controllerEnv); err != nil {
 				return err
 			}
 			if o.DatabaseURL == "" {
 				return errors.New("--database-url (or DATABASE_URL) is required")
 			}
-			if o.Toleration < 0 || o.Resync <= 0 {
-				return fmt.Errorf("--toleration must be >= 0 and --resync > 0 (got %s, %s)", o.Toleration, o.Resync)
+			cfg, err := controllerConfig(cmd.Flags(), configFile, policyFile)
+			if err != nil {
+				return err
 			}
-			if o.Workers <= 0 || kubeQPS <= 0 || kubeBurst <= 0 {
-				return fmt.Errorf("--workers, --kube-api-qps and --kube-api-burst must be > 0 (got %d, %g, %d)", o.Workers, kubeQPS, kubeBurst)
+			o.Config = &cfg
+			if kubeQPS <= 0 || kubeBurst <= 0 {
+				return fmt.Errorf("--kube-api-qps and --kube-api-burst must be > 0 (got %g, %d)", kubeQPS, kubeBurst)
 			}
 			if len(clusters) == 0 && secretsNS == "" {
 				return errors.New("at least one --cluster NAME=KUBECONFIG|in-cluster, or --cluster-secrets-namespace, is required")
@@ -69,10 +82,6 @@ stops the controller with an error naming the variable.`,
 			o.Clusters = map[string]*kube.Cluster{}
 			reviewers := map[string]kubernetes.Interface{}
 			o.Log = slog.New(slog.NewJSONHandler(os.Stderr, nil))
-			if budgets.DeletionsPerHour < 0 || budgets.NodePoolDeletionsPerHour < 0 || budgets.MaxInFlightPerNodePool < 0 {
-				return errors.New("budgets must be >= 0 (0 stops every deletion)")
-			}
-			o.Budgets = &budgets
 			if operatorsFile != "" {
 				ops, err := auth.LoadOperators(operatorsFile)
 				if err != nil {
@@ -161,18 +170,19 @@ stops the controller with an error naming the variable.`,
 	f.StringArrayVar(&clusters, "cluster", nil, "NAME=KUBECONFIG or NAME=in-cluster (repeatable)")
 	f.StringVar(&secretsNS, "cluster-secrets-namespace", "", "also serve the clusters of kubeconfig Secrets labelled fleetrepair.io/secret-type=cluster in this namespace, picked up and dropped without a restart (env FLEETREPAIR_CLUSTER_SECRETS_NAMESPACE; docs/install.md)")
 	f.StringVar(&secretsKubeconfig, "cluster-secrets-kubeconfig", "in-cluster", "kubeconfig of the cluster holding those Secrets (env FLEETREPAIR_CLUSTER_SECRETS_KUBECONFIG; default the cluster the controller runs in)")
-	f.BoolVar(&o.DryRun, "dry-run", false, "record every decision, delete no NodeClaim")
-	f.DurationVar(&o.Toleration, "toleration", 0, "override every reason's toleration window (e.g. 30s for demos; 0 = catalog defaults: 10m accelerated hardware, 30m other)")
-	f.DurationVar(&o.Resync, "resync", 10*time.Second, "period of the pass over open repairs")
+	f.StringVar(&configFile, "config", "", "controller configuration file: breakers and label cohorts, budgets, repair timings, policy (docs/config.md; env FLEETREPAIR_CONFIG); flags override it")
+	f.BoolVar(&flagCfg.Repair.DryRun, "dry-run", flagCfg.Repair.DryRun, "record every decision, delete no NodeClaim (config repair.dryRun)")
+	f.DurationVar(&flagCfg.Repair.Toleration, "toleration", flagCfg.Repair.Toleration, "override every reason's toleration window (e.g. 30s for demos; 0 = catalog defaults: 10m accelerated hardware, 30m other; config repair.toleration)")
+	f.DurationVar(&flagCfg.Repair.Resync, "resync", flagCfg.Repair.Resync, "period of the pass over open repairs (config repair.resync)")
 	f.DurationVar(&o.FindingRetention, "finding-retention", 30*24*time.Hour,
 		"drop findings received longer ago than this, a day's partition at a time (0 keeps them all; repairs and audit are always kept)")
-	f.IntVar(&o.Workers, "workers", 4, "nodes reconciled at once (env FLEETREPAIR_WORKERS); each holds at most one database connection")
+	f.IntVar(&flagCfg.Repair.Workers, "workers", flagCfg.Repair.Workers, "nodes reconciled at once (env FLEETREPAIR_WORKERS; config repair.workers); each holds at most one database connection")
 	f.Float64Var(&kubeQPS, "kube-api-qps", kube.DefaultQPS, "client-side request rate limit per cluster API server (env FLEETREPAIR_KUBE_API_QPS); reads come from informer caches, so this meters writes and watches")
 	f.IntVar(&kubeBurst, "kube-api-burst", kube.DefaultBurst, "client-side request burst per cluster API server (env FLEETREPAIR_KUBE_API_BURST)")
-	f.StringVar(&o.PolicyFile, "policy", "", "policy file with per-reason and per-NodePool overrides (toleration, action, disabled); see docs/policy.md")
-	f.IntVar(&budgets.DeletionsPerHour, "deletions-per-hour", 10, "NodeClaim deletions each cluster may start per sliding hour (0 stops all)")
-	f.IntVar(&budgets.NodePoolDeletionsPerHour, "nodepool-deletions-per-hour", 5, "NodeClaim deletions each NodePool may start per sliding hour")
-	f.IntVar(&budgets.MaxInFlightPerNodePool, "max-in-flight-per-nodepool", 1, "NodeClaim deletions in progress at once per NodePool")
+	f.StringVar(&policyFile, "policy", "", "policy file with per-reason and per-NodePool overrides (toleration, action, disabled); see docs/policy.md; replaces the config's policy")
+	f.IntVar(&flagCfg.Budgets.DeletionsPerHour, "deletions-per-hour", flagCfg.Budgets.DeletionsPerHour, "NodeClaim deletions each cluster may start per sliding hour (0 stops all; config budgets.deletionsPerHour)")
+	f.IntVar(&flagCfg.Budgets.NodePoolDeletionsPerHour, "nodepool-deletions-per-hour", flagCfg.Budgets.NodePoolDeletionsPerHour, "NodeClaim deletions each NodePool may start per sliding hour (config budgets.nodePoolDeletionsPerHour)")
+	f.IntVar(&flagCfg.Budgets.MaxInFlightPerNodePool, "max-in-flight-per-nodepool", flagCfg.Budgets.MaxInFlightPerNodePool, "NodeClaim deletions in progress at once per NodePool (config budgets.maxInFlightPerNodePool)")
 	f.StringVar(&operatorsFile, "operators-file", "", "YAML list of operators {name, role: viewer|approver|admin, tokenSHA256} allowed to approve/reject repairs (until OIDC login)")
 	f.BoolVar(&leaderElect, "leader-elect", false, "per-cluster leader election (Lease fleetrepair-controller) for background loops; run with it on when there is more than one replica")
 	f.StringVar(&leNamespace, "leader-elect-namespace", "", "namespace of the Lease in every cluster (env POD_NAMESPACE)")
@@ -204,6 +214,86 @@ stops the controller with an error naming the variable.`,
 	f.StringSliceVar(&oidc.Scopes, "oidc-scopes", []string{"profile", "email", "groups"}, "dashboard login: scopes requested besides openid")
 	f.StringArrayVar(&oidcRoles, "oidc-role", nil, "GROUP=ROLE: members of GROUP are viewer, approver or admin (repeatable; the highest wins). With no viewer group every human the issuer authenticates may view")
 	return cmd
+}
+
+// controllerEnv names the environment variables of the controller flags
+// that do not read FLEETREPAIR_<NAME> (flagsFromEnv).
+var controllerEnv = map[string]string{"database-url": "DATABASE_URL",
+	"leader-elect-namespace": "POD_NAMESPACE", "leader-elect-identity": "POD_NAME"}
+
+// configFlags are the controller flags that set a key of the controller
+// configuration: when one is given (command line or environment) its value
+// replaces the file's.
+var configFlags = map[string]func(dst *config.Config, fs *pflag.FlagSet) error{
+	"dry-run": func(d *config.Config, fs *pflag.FlagSet) (err error) {
+		d.Repair.DryRun, err = fs.GetBool("dry-run")
+		return err
+	},
+	"toleration": func(d *config.Config, fs *pflag.FlagSet) (err error) {
+		d.Repair.Toleration, err = fs.GetDuration("toleration")
+		return err
+	},
+	"resync": func(d *config.Config, fs *pflag.FlagSet) (err error) {
+		d.Repair.Resync, err = fs.GetDuration("resync")
+		return err
+	},
+	"workers": func(d *config.Config, fs *pflag.FlagSet) (err error) {
+		d.Repair.Workers, err = fs.GetInt("workers")
+		return err
+	},
+	"deletions-per-hour": func(d *config.Config, fs *pflag.FlagSet) (err error) {
+		d.Budgets.DeletionsPerHour, err = fs.GetInt("deletions-per-hour")
+		return err
+	},
+	"nodepool-deletions-per-hour": func(d *config.Config, fs *pflag.FlagSet) (err error) {
+		d.Budgets.NodePoolDeletionsPerHour, err = fs.GetInt("nodepool-deletions-per-hour")
+		return err
+	},
+	"max-in-flight-per-nodepool": func(d *config.Config, fs *pflag.FlagSet) (err error) {
+		d.Budgets.MaxInFlightPerNodePool, err = fs.GetInt("max-in-flight-per-nodepool")
+		return err
+	},
+}
+
+// controllerConfig returns the effective controller configuration: the
+// file (config.Load; none: config.Default), then every configuration flag
+// that was given (configFlags, after flagsFromEnv: the command line or the
+// environment), then --policy, which replaces the file's policy. The
+// result is validated once; an error names the file and line, or the key.
+func controllerConfig(fs *pflag.FlagSet, file, policyFile string) (config.Config, error) {
+	cat := catalog.Default()
+	cfg := config.Default()
+	if file != "" {
+		var err error
+		if cfg, err = config.Load(file, cat); err != nil {
+			return config.Config{}, err
+		}
+	}
+	for name, apply := range configFlags {
+		if f := fs.Lookup(name); f != nil && f.Changed {
+			if err := apply(&cfg, fs); err != nil {
+				return config.Config{}, fmt.Errorf("--%s: %w", name, err)
+			}
+		}
+	}
+	if policyFile != "" {
+		p, err := policy.Load(policyFile, cat)
+		if err != nil {
+			return config.Config{}, err
+		}
+		cfg.Policy, cfg.PolicyFile = p, policyFile
+	}
+	if err := cfg.Validate(); err != nil {
+		return config.Config{}, fmt.Errorf("controller configuration (flags over %s): %w", orDefaults(file), err)
+	}
+	return cfg, nil
+}
+
+func orDefaults(file string) string {
+	if file == "" {
+		return "the defaults"
+	}
+	return file
 }
 
 // loopback reports whether the listen address binds a loopback interface

@@ -3,12 +3,17 @@ package main
 import (
 	"fmt"
 	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
+	"github.com/fleetrepair/fleetrepair/controller/config"
 	"github.com/fleetrepair/fleetrepair/web/api"
 )
 
@@ -97,5 +102,125 @@ func TestControllerEnv(t *testing.T) {
 		for k := range tc.env {
 			os.Unsetenv(k)
 		}
+	}
+}
+
+// TestEveryControllerFlagHasItsEnv walks the controller's FlagSet: every
+// flag reads the environment variable its help promises (envName: the
+// named ones, else FLEETREPAIR_<NAME>), a "(env X)" in a flag's help names
+// exactly that variable, and a value set only in the environment reaches
+// the flag.
+func TestEveryControllerFlagHasItsEnv(t *testing.T) {
+	cmd := newControllerCmd()
+	promised := regexp.MustCompile(`\(env ([A-Z0-9_]+)[;)]`)
+	n := 0
+	cmd.Flags().VisitAll(func(f *pflag.Flag) {
+		if f.Name == "help" {
+			return
+		}
+		n++
+		key := envName(f.Name, controllerEnv)
+		if m := promised.FindStringSubmatch(f.Usage); m != nil && m[1] != key {
+			t.Errorf("--%s: help promises env %s, the flag reads %s", f.Name, m[1], key)
+		}
+		var val, want string
+		switch f.Value.Type() {
+		case "bool":
+			val, want = "true", "true"
+			if f.DefValue == "true" {
+				val, want = "false", "false"
+			}
+		case "duration":
+			val, want = "7m", "7m0s"
+		case "int":
+			val, want = "7", "7"
+		case "float64":
+			val, want = "7.5", "7.5"
+		case "string":
+			val, want = "from-env", "from-env"
+		case "stringArray", "stringSlice":
+			val, want = "a=b", "[a=b]"
+		default:
+			t.Errorf("--%s: flag type %s not covered by this test", f.Name, f.Value.Type())
+			return
+		}
+		t.Run(f.Name, func(t *testing.T) {
+			t.Setenv(key, val)
+			c := newControllerCmd()
+			if err := c.ParseFlags(nil); err != nil {
+				t.Fatal(err)
+			}
+			if err := flagsFromEnv(c, controllerEnv); err != nil {
+				t.Fatalf("%s=%s: %v", key, val, err)
+			}
+			got := c.Flags().Lookup(f.Name)
+			if !got.Changed || got.Value.String() != want {
+				t.Errorf("%s=%s: --%s = %q (changed %v), want %q", key, val, f.Name, got.Value.String(), got.Changed, want)
+			}
+		})
+	})
+	if n < 30 {
+		t.Errorf("walked only %d controller flags", n)
+	}
+}
+
+// TestConfigPrecedence: the file overrides the defaults, a flag or its
+// environment variable overrides the file, a typo in the file is refused
+// naming the line, and a label cohort set only in the file reaches the
+// configuration.
+func TestConfigPrecedence(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(file, []byte("breaker:\n  labels: [topology.kubernetes.io/rack]\nbudgets:\n  deletionsPerHour: 3\n  maxInFlightPerNodePool: 2\nrepair:\n  resync: 20s\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	load := func(t *testing.T, args []string, env map[string]string) (config.Config, error) {
+		t.Helper()
+		for k, v := range env {
+			t.Setenv(k, v)
+		}
+		c := newControllerCmd()
+		if err := c.ParseFlags(args); err != nil {
+			t.Fatal(err)
+		}
+		if err := flagsFromEnv(c, controllerEnv); err != nil {
+			return config.Config{}, err
+		}
+		cf, _ := c.Flags().GetString("config")
+		pf, _ := c.Flags().GetString("policy")
+		return controllerConfig(c.Flags(), cf, pf)
+	}
+	cfg, err := load(t, []string{"--config", file}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Budgets.DeletionsPerHour != 3 || cfg.Budgets.MaxInFlightPerNodePool != 2 || cfg.Repair.Resync != 20*time.Second ||
+		cfg.Budgets.NodePoolDeletionsPerHour != config.Default().Budgets.NodePoolDeletionsPerHour || !slices.Equal(cfg.Breaker.Labels, []string{"topology.kubernetes.io/rack"}) {
+		t.Errorf("file config = %+v", cfg)
+	}
+	t.Run("flag and env over file", func(t *testing.T) {
+		cfg, err := load(t, []string{"--config", file, "--deletions-per-hour", "7"}, map[string]string{"FLEETREPAIR_RESYNC": "30s", "FLEETREPAIR_DELETIONS_PER_HOUR": "9"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.Budgets.DeletionsPerHour != 7 || cfg.Repair.Resync != 30*time.Second || cfg.Budgets.MaxInFlightPerNodePool != 2 {
+			t.Errorf("%+v %+v, want the flag's 7/h (over env 9), env's 30s resync, the file's 2 in flight", cfg.Budgets, cfg.Repair)
+		}
+	})
+	t.Run("FLEETREPAIR_CONFIG", func(t *testing.T) {
+		cfg, err := load(t, nil, map[string]string{"FLEETREPAIR_CONFIG": file, "FLEETREPAIR_DELETIONS_PER_HOUR": "8"})
+		if err != nil || cfg.Budgets.DeletionsPerHour != 8 || cfg.Repair.Resync != 20*time.Second {
+			t.Errorf("FLEETREPAIR_CONFIG with an env override: %+v, %v", cfg, err)
+		}
+	})
+	typo := filepath.Join(dir, "typo.yaml")
+	if err := os.WriteFile(typo, []byte("budgets:\n  deletionsPerHour: 3\n  maxInflightPerNodePool: 2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := load(t, []string{"--config", typo}, nil); err == nil || !strings.Contains(err.Error(), "typo.yaml") || !strings.Contains(err.Error(), "line 3") {
+		t.Errorf("typo: %v, want an error naming the file and line 3", err)
+	}
+	if _, err := load(t, []string{"--config", file, "--resync", "0s"}, nil); err == nil || !strings.Contains(err.Error(), "repair.resync") {
+		t.Errorf("--resync 0s over the file: %v, want refused", err)
 	}
 }

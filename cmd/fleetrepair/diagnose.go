@@ -12,11 +12,13 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fleetrepair/fleetrepair/agent/finding"
+	"github.com/fleetrepair/fleetrepair/controller/catalog"
 	"github.com/fleetrepair/fleetrepair/controller/diagnose"
+	"github.com/fleetrepair/fleetrepair/controller/policy"
 )
 
 func newDiagnoseCmd() *cobra.Command {
-	var node, boot string
+	var node, boot, instanceType, policyFile string
 	cmd := &cobra.Command{
 		Use:   "diagnose [FILE|-]",
 		Short: "Print the diagnoses the controller's rules reach for findings (JSON lines in, JSON lines out)",
@@ -36,22 +38,35 @@ each node, most consequential first. No database or cluster is needed.
 				defer f.Close()
 				in = f
 			}
-			return diagnoseStream(in, cmd.OutOrStdout(), node, boot, time.Now())
+			opts := diagnose.Options{}
+			if policyFile != "" {
+				pol, err := policy.Load(policyFile, catalog.Default())
+				if err != nil {
+					return err
+				}
+				opts.InstanceTypes = pol.InstanceTypeOverrides()
+			}
+			eng, err := diagnose.New(opts)
+			if err != nil {
+				return err
+			}
+			if _, known := eng.InstanceType(instanceType); instanceType != "" && !known {
+				return fmt.Errorf("unknown instance type %q: add it under instanceTypes in a --policy file", instanceType)
+			}
+			return diagnoseStream(eng, in, cmd.OutOrStdout(), node, boot, instanceType, time.Now())
 		},
 	}
 	cmd.Flags().StringVar(&node, "node", "", "node name for findings that carry none")
 	cmd.Flags().StringVar(&boot, "boot-id", "", "current boot ID (findings of other boots count as history); empty: all current")
+	cmd.Flags().StringVar(&instanceType, "instance-type", "", "the node's instance type (e.g. p5.48xlarge, g5.xlarge): its GPU count and NVLink wiring decide gpu-count and NVLink findings; empty: unknown")
+	cmd.Flags().StringVar(&policyFile, "policy", "", "policy file whose instanceTypes extend the built-in table (docs/policy.md)")
 	return cmd
 }
 
 // diagnoseStream decodes findings (a stream of JSON objects, one per line
 // as scan prints them), groups them by node and writes each node's
 // diagnoses. A malformed or invalid finding is an error naming its position.
-func diagnoseStream(in io.Reader, out io.Writer, defaultNode, boot string, now time.Time) error {
-	eng, err := diagnose.New(diagnose.Options{})
-	if err != nil {
-		return err
-	}
+func diagnoseStream(eng *diagnose.Engine, in io.Reader, out io.Writer, defaultNode, boot, instanceType string, now time.Time) error {
 	byNode := map[string][]finding.Finding{}
 	dec := json.NewDecoder(in)
 	dec.DisallowUnknownFields()
@@ -91,7 +106,7 @@ func diagnoseStream(in io.Reader, out io.Writer, defaultNode, boot string, now t
 	sort.Strings(nodes)
 	enc := json.NewEncoder(out)
 	for _, n := range nodes {
-		for _, d := range eng.Diagnose(diagnose.Input{Node: n, BootID: boot, Findings: byNode[n], Now: now}) {
+		for _, d := range eng.Diagnose(diagnose.Input{Node: n, BootID: boot, Findings: byNode[n], Now: now, InstanceType: instanceType}) {
 			if err := enc.Encode(d); err != nil {
 				return fmt.Errorf("write diagnosis: %w", err)
 			}

@@ -72,10 +72,7 @@ func flagsFromEnv(cmd *cobra.Command, env map[string]string) error {
 		if err != nil || f.Changed || f.Name == "help" {
 			return
 		}
-		key, ok := env[f.Name]
-		if !ok {
-			key = "FLEETREPAIR_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		}
+		key := envName(f.Name, env)
 		v, set := os.LookupEnv(key)
 		if !set {
 			return
@@ -85,6 +82,15 @@ func flagsFromEnv(cmd *cobra.Command, env map[string]string) error {
 		}
 	})
 	return err
+}
+
+// envName is the environment variable of flag name: env[name] when env
+// names one, else FLEETREPAIR_<NAME> (capitals, dashes as underscores).
+func envName(name string, env map[string]string) string {
+	if key, ok := env[name]; ok {
+		return key
+	}
+	return "FLEETREPAIR_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
 }
 
 // serverDefault is the controller URL the client commands use: env

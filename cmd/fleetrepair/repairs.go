@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"text/tabwriter"
 	"time"
 
@@ -142,7 +143,8 @@ func writeIndented(w io.Writer, v any) error {
 
 // getJSON GETs u and decodes the body into v.
 func getJSON(ctx context.Context, u string, v any) error {
-	return callAPI(ctx, http.MethodGet, u, "", nil, v)
+	// Reads need a viewer when the controller has operators or a login.
+	return callAPI(ctx, http.MethodGet, u, os.Getenv("FLEETREPAIR_TOKEN"), nil, v)
 }
 
 // callAPI is apiclient.Call (the CLI and the demo share one client).

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/url"
 	"sort"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -73,22 +72,9 @@ would have done. docs/shadow.md describes the model and its limits.
 	return cmd
 }
 
-// rangeTime reads an RFC 3339 time, or a duration before now: a Go
-// duration (90m, 168h) or whole days (7d).
-func rangeTime(s string, now time.Time) (time.Time, error) {
-	if t, err := time.Parse(time.RFC3339, s); err == nil {
-		return t, nil
-	}
-	d, err := time.ParseDuration(s)
-	if days, ok := strings.CutSuffix(s, "d"); ok && err != nil {
-		n, nerr := strconv.Atoi(days)
-		d, err = time.Duration(n)*24*time.Hour, nerr
-	}
-	if err != nil || d < 0 {
-		return time.Time{}, fmt.Errorf("%q: want an RFC 3339 time (2026-11-23T12:00:00Z) or a duration before now (168h, 7d)", s)
-	}
-	return now.Add(-d), nil
-}
+// rangeTime reads an RFC 3339 time, or a duration before now
+// (shadow.RangeTime: the dashboard's shadow page reads bounds the same way).
+func rangeTime(s string, now time.Time) (time.Time, error) { return shadow.RangeTime(s, now) }
 
 // getWithin is getJSON with a caller's timeout: the report replays the
 // whole range before it answers.

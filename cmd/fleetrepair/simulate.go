@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/fleetrepair/fleetrepair/controller/config"
 	"github.com/fleetrepair/fleetrepair/controller/simulate"
 )
 
@@ -22,6 +23,7 @@ type simulateOptions struct {
 	json, table, strict bool
 	cases               string // a case corpus directory
 	policies            []string
+	config              string // the controller configuration file (docs/config.md)
 }
 
 func newSimulateCmd() *cobra.Command {
@@ -42,7 +44,8 @@ checked against the case's breaker outcome.
 
   fleetrepair simulate test/fixtures/cases/c10-xid31-driver-rollout/scenario.yaml
   fleetrepair simulate --json controller/simulate/testdata/zone-outage.yaml
-  fleetrepair simulate --cases test/fixtures/cases --table controller/simulate/testdata/*.yaml`,
+  fleetrepair simulate --cases test/fixtures/cases --table controller/simulate/testdata/*.yaml
+  fleetrepair simulate --config deploy/config.example.yaml controller/simulate/testdata/zone-outage.yaml`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 && o.cases == "" {
 				return errors.New("simulate: name at least one scenario file, or --cases DIR")
@@ -55,11 +58,19 @@ checked against the case's breaker outcome.
 	cmd.Flags().StringVar(&o.cases, "cases", "", "also run every DIR/*/scenario.yaml of a case corpus (the repository's is test/fixtures/cases)")
 	cmd.Flags().BoolVar(&o.strict, "strict", false, "exit with status 1 when a checkpoint or expectation fails or cannot be evaluated")
 	cmd.Flags().StringSliceVar(&o.policies, "policy", nil, "policies to replay (fleetrepair, karpenter, nvsentinel; default all)")
+	cmd.Flags().StringVar(&o.config, "config", envOr("FLEETREPAIR_CONFIG", ""), "replay fleetrepair with this controller configuration, the file the controller runs with (docs/config.md; env FLEETREPAIR_CONFIG); a scenario's parameters override it")
 	return cmd
 }
 
 // runSimulate loads and replays the scenarios and writes the results.
 func runSimulate(ctx context.Context, out io.Writer, files []string, o simulateOptions) error {
+	cfg := config.Default()
+	if o.config != "" {
+		var err error
+		if cfg, err = config.Load(o.config, nil); err != nil {
+			return err
+		}
+	}
 	var scenarios []*simulate.Scenario
 	if o.cases != "" {
 		corpus := os.DirFS(o.cases)
@@ -88,7 +99,7 @@ func runSimulate(ctx context.Context, out io.Writer, files []string, o simulateO
 	var results []*simulate.Result
 	failed := 0
 	for _, sc := range scenarios {
-		res, err := simulate.Run(sc, simulate.Options{Policies: o.policies, Context: ctx})
+		res, err := simulate.Run(sc, simulate.Options{Policies: o.policies, Context: ctx, Config: &cfg})
 		if err != nil {
 			return err
 		}

@@ -50,8 +50,8 @@ func (rc *remoteClusters) Upsert(ctx context.Context, cl remote.Cluster) error {
 	if err != nil {
 		return fmt.Errorf("connect to cluster %s: %w", cl.Name, err)
 	}
-	if b := o.Budgets; b != nil && !rc.c.rec.Serves(cl.Name) {
-		if err := rc.c.setBudgets(ctx, cl.Name, b); err != nil {
+	if !rc.c.rec.Serves(cl.Name) {
+		if err := rc.c.setBudgets(ctx, cl.Name, rc.c.cfg.Budgets); err != nil {
 			return err
 		}
 	}

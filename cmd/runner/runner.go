@@ -18,12 +18,12 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/fleetrepair/fleetrepair/controller/auth"
-	"github.com/fleetrepair/fleetrepair/controller/breaker"
 	"github.com/fleetrepair/fleetrepair/controller/catalog"
 	"github.com/fleetrepair/fleetrepair/controller/certs"
+	"github.com/fleetrepair/fleetrepair/controller/config"
 	"github.com/fleetrepair/fleetrepair/controller/diagnose"
+	"github.com/fleetrepair/fleetrepair/controller/feed"
 	"github.com/fleetrepair/fleetrepair/controller/kube"
-	"github.com/fleetrepair/fleetrepair/controller/policy"
 	"github.com/fleetrepair/fleetrepair/controller/remote"
 	"github.com/fleetrepair/fleetrepair/controller/repair"
 	"github.com/fleetrepair/fleetrepair/controller/shadow"
@@ -41,31 +41,18 @@ type Options struct {
 	Listen string
 	// Clusters maps cluster names to their Kubernetes access.
 	Clusters map[string]*kube.Cluster
+	// Config is the controller configuration (controller/config: breakers
+	// with their label cohorts, deletion budgets, repair timings, policy
+	// overrides); nil means config.Default(). The reconciler and the shadow
+	// report receive this one value (repair.ConfigFrom, shadow.FromConfig),
+	// and its budgets are applied to every cluster at start.
+	Config *config.Config
 	// ClusterSecrets, when set, adds the clusters of kubeconfig Secrets,
 	// picked up and dropped at run time (Clusters may then be empty).
 	ClusterSecrets *ClusterSecrets
-	// DryRun records decisions and deletes no NodeClaim.
-	DryRun bool
-	// Toleration overrides every reason's toleration when > 0.
-	Toleration time.Duration
-	// Resync is the reconciler's period over open repairs (default 10s).
-	Resync time.Duration
-	// Workers is the number of nodes reconciled at once (default 4; see
-	// repair.Config.Workers).
-	Workers int
-	// PolicyFile holds per-reason and per-NodePool overrides (empty: none).
-	PolicyFile string
-	// Breaker configures the cohort breakers; nil means the defaults
-	// (DisableBreakers turns them off, for tests of other parts only).
-	Breaker         *breaker.Config
-	DisableBreakers bool
 	// Crash is the reconciler's fault injection (tests only; see
 	// repair.Config.Crash).
 	Crash func(point string) bool
-	// Budgets, when set, are applied to every cluster at start (else the
-	// stored values stay: defaults 10 deletions/h per cluster, 5/h and 1 in
-	// flight per NodePool).
-	Budgets *Budgets
 	// Operators authenticates humans for approvals (nil: none can approve).
 	Operators *auth.Operators
 	// LeaderElection, when set, runs per-cluster leader election; the
@@ -100,13 +87,6 @@ type Options struct {
 	Log *slog.Logger
 }
 
-// Budgets are the deletion budgets of every cluster (docs/design.md, decision 7).
-type Budgets struct {
-	DeletionsPerHour         int // per cluster, sliding hour
-	NodePoolDeletionsPerHour int // per NodePool, sliding hour
-	MaxInFlightPerNodePool   int // deletions in progress at once per NodePool
-}
-
 // Controller is a started controller.
 type Controller struct {
 	// URL is the API's base URL, e.g. http://127.0.0.1:8080 (https:// with
@@ -117,8 +97,12 @@ type Controller struct {
 	ln   net.Listener
 	opts Options
 	rec  *repair.Reconciler
+	feed *feed.Hub
 	srv  *http.Server
 	reg  *prometheus.Registry
+	// cfg is the controller configuration (Options.Config or the
+	// defaults): the budgets of clusters added at run time come from it.
+	cfg config.Config
 }
 
 // Start opens the database (migrating it when asked), builds the reconciler
@@ -145,54 +129,60 @@ func Start(ctx context.Context, o Options) (*Controller, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start controller: %w", err)
 	}
-	if b := o.Budgets; b != nil {
-		for name := range o.Clusters {
-			if err := setBudgets(ctx, st, name, b, o.Now()); err != nil {
-				st.Close()
-				return nil, fmt.Errorf("start controller: %w", err)
-			}
+	cfg := config.Default()
+	if o.Config != nil {
+		cfg = *o.Config
+	}
+	if err := cfg.Validate(); err != nil {
+		st.Close()
+		return nil, fmt.Errorf("start controller: %w", err)
+	}
+	for name := range o.Clusters {
+		if err := setBudgets(ctx, st, name, cfg.Budgets, o.Now()); err != nil {
+			st.Close()
+			return nil, fmt.Errorf("start controller: %w", err)
 		}
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	cat := catalog.Default()
-	eng, err := diagnose.New(diagnose.Options{Catalog: cat})
+	rc, err := repair.ConfigFrom(cfg)
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("start controller: %w", err)
+	}
+	eng, err := diagnose.New(diagnose.Options{Catalog: cat, InstanceTypes: rc.Policy.InstanceTypeOverrides()})
 	if err != nil {
 		st.Close()
 		return nil, err
 	}
-	var pol *policy.Policy
-	if o.PolicyFile != "" {
-		if pol, err = policy.Load(o.PolicyFile, cat); err != nil {
-			st.Close()
-			return nil, fmt.Errorf("start controller: %w", err)
-		}
-	}
-	var bp *breaker.Policy
-	if !o.DisableBreakers {
-		bc := breaker.Config{}
-		if o.Breaker != nil {
-			bc = *o.Breaker
-		}
-		if bp, err = breaker.NewPolicy(bc); err != nil {
-			st.Close()
-			return nil, fmt.Errorf("start controller: %w", err)
-		}
-	}
-	rec, err := repair.New(repair.Config{Store: st, Engine: eng, Clusters: o.Clusters, DryRun: o.DryRun, Breaker: bp,
-		Toleration: o.Toleration, Policy: pol, Crash: o.Crash, Resync: o.Resync, Workers: o.Workers, Now: o.Now, Log: o.Log, Registerer: reg})
+	rc.Store, rc.Engine, rc.Clusters, rc.Crash, rc.Now, rc.Log, rc.Registerer = st, eng, o.Clusters, o.Crash, o.Now, o.Log, reg
+	rec, err := repair.New(rc)
 	if err != nil {
 		st.Close()
 		return nil, err
 	}
-	shadowCfg := shadow.Config{Store: st, Engine: eng, Policy: pol, Breaker: bp, Toleration: o.Toleration, Resync: o.Resync}
+	shadowCfg, err := shadow.FromConfig(cfg)
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("start controller: %w", err)
+	}
+	shadowCfg.Store, shadowCfg.Engine = st, eng
+	maxRange, maxFindings, lookback := shadowCfg.Limits()
+	hub, err := feed.New(feed.Config{Source: st, Registerer: reg, Now: o.Now, Log: o.Log})
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
 	svc, err := api.New(api.Config{Store: st, Catalog: cat, Serves: rec.Serves, Authenticator: o.Authenticator,
+		Feed: hub, Login: o.OIDC != nil || o.DevLogin,
 		OnIngest: rec.Trigger, ClusterStates: clusterStates(rec), Operators: o.Operators, Gatherer: reg, Registerer: reg, Now: o.Now, Log: o.Log, Limits: o.Limits,
 		Shadow: func(ctx context.Context, since, until time.Time) (any, error) {
 			c := shadowCfg
 			c.Clusters = rec.ClusterNames() // the clusters served now
 			return c.ReportFunc()(ctx, since, until)
-		}})
+		},
+		ShadowLimits: api.ShadowLimits{MaxRangeSeconds: maxRange.Seconds(), MaxFindings: maxFindings, LookbackSeconds: lookback.Seconds()}})
 	if err != nil {
 		st.Close()
 		return nil, err
@@ -221,8 +211,8 @@ func Start(ctx context.Context, o Options) (*Controller, error) {
 		st.Close()
 		return nil, fmt.Errorf("start controller: listen on %s: %w", o.Listen, err)
 	}
-	return &Controller{URL: scheme + "://" + ln.Addr().String(), Store: st, ln: ln, opts: o, rec: rec,
-		srv: api.NewServer(h, sopts), reg: reg}, nil
+	return &Controller{URL: scheme + "://" + ln.Addr().String(), Store: st, ln: ln, opts: o, rec: rec, feed: hub,
+		srv: api.NewServer(h, sopts), reg: reg, cfg: cfg}, nil
 }
 
 // Run serves the API and runs the reconciler until ctx ends, then shuts the
@@ -238,6 +228,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		}
 	}
 	g.Go(func() error { return c.rec.Run(ctx) })
+	g.Go(func() error { return c.feed.Run(ctx) })
 	if cs := c.opts.ClusterSecrets; cs != nil {
 		w := &remote.Watcher{Client: cs.Client, Namespace: cs.Namespace, Log: c.opts.Log, Registerer: c.reg,
 			Handler:  &remoteClusters{c: c, ctx: ctx, elections: map[string]context.CancelFunc{}},
@@ -262,7 +253,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		defer cancel()
 		return c.srv.Shutdown(sctx)
 	})
-	c.opts.Log.Info("controller running", "url", c.URL, "dry_run", c.opts.DryRun, "clusters", len(c.opts.Clusters),
+	c.opts.Log.Info("controller running", "url", c.URL, "dry_run", c.cfg.Repair.DryRun, "clusters", len(c.opts.Clusters),
 		"cluster_secrets", c.opts.ClusterSecrets != nil)
 	return g.Wait()
 }
@@ -273,14 +264,14 @@ func (c *Controller) Clusters() []repair.ClusterState { return c.rec.Clusters() 
 
 // setBudgets applies b to cluster's budget rows (a new cluster, or every
 // configured one at start).
-func setBudgets(ctx context.Context, st *store.Store, cluster string, b *Budgets, now time.Time) error {
+func setBudgets(ctx context.Context, st *store.Store, cluster string, b config.Budgets, now time.Time) error {
 	if _, err := st.SetClusterBudget(ctx, cluster, b.DeletionsPerHour, b.MaxInFlightPerNodePool, now); err != nil {
 		return err
 	}
 	return st.SetNodePoolBudget(ctx, cluster, b.NodePoolDeletionsPerHour, now)
 }
 
-func (c *Controller) setBudgets(ctx context.Context, cluster string, b *Budgets) error {
+func (c *Controller) setBudgets(ctx context.Context, cluster string, b config.Budgets) error {
 	if err := setBudgets(ctx, c.Store, cluster, b, c.opts.Now()); err != nil {
 		return fmt.Errorf("set budgets of cluster %s: %w", cluster, err)
 	}

@@ -73,6 +73,8 @@ const (
 	DefaultCeilingFraction   = 0.10
 	DefaultCeilingMinFailing = 10
 	DefaultMemory            = 24 * time.Hour
+	// DefaultReplacementFailures is Config.ReplacementFailures's default.
+	DefaultReplacementFailures = 1
 	// DefaultReplacementCycle is how long after it joins a replacement's
 	// failure of the same fault class as the repair counts as the
 	// replacement failing the same way (Signal.Replacement): the c28
@@ -138,6 +140,10 @@ type Config struct {
 	ReplacementFailures int `json:"replacementFailures"`
 }
 
+// DefaultRolloutKeys returns Config.RolloutKeys's default: the software
+// keys (driver_version, monitoring_image, kernel, image).
+func DefaultRolloutKeys() []string { return append([]string(nil), softwareKeys...) }
+
 // Keys returns the cohort keys in precedence order: the most specific cause
 // first (software versions, configured labels, zone, instance type,
 // nodepool, cluster).
@@ -184,7 +190,7 @@ func (c Config) withDefaults() Config {
 		c.Memory = DefaultMemory
 	}
 	if c.ReplacementFailures == 0 {
-		c.ReplacementFailures = 1
+		c.ReplacementFailures = DefaultReplacementFailures
 	}
 	return c
 }
@@ -407,6 +413,34 @@ func (s State) OpenCohorts() []string {
 	out := make([]string, 0, len(s.Cohorts))
 	for k := range s.Cohorts {
 		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// gpuSoftwareKeys are the cohort keys of the software a GPU workload runs
+// on: the driver, the kernel and the node image (not the monitoring image,
+// which cannot make a CUDA context fault).
+var gpuSoftwareKeys = map[string]bool{KeyDriverVersion: true, KeyKernel: true, KeyImage: true}
+
+// SoftwareSuspects returns the driver, kernel and image cohorts ("key=value",
+// sorted) that node belongs to and whose breaker is open or remembered (it
+// tripped, cooled down, and the version is still installed): the fleet's
+// verdict that this software, not the node, is failing. The diagnosis
+// attributes a node's application-class Xids to it (case c10).
+func (s State) SoftwareSuspects(node Node) []string {
+	var out []string
+	add := func(name string) {
+		c, err := ParseCohort(name)
+		if err == nil && gpuSoftwareKeys[c.Key] && node.Attrs[c.Key] == c.Value && !slices.Contains(out, name) {
+			out = append(out, name)
+		}
+	}
+	for name := range s.Cohorts {
+		add(name)
+	}
+	for name := range s.Remembered {
+		add(name)
 	}
 	sort.Strings(out)
 	return out

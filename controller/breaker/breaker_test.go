@@ -598,3 +598,26 @@ func TestReplacementFailureRule(t *testing.T) {
 		}
 	}
 }
+
+// TestSoftwareSuspects: the driver, kernel and image cohorts a node is in
+// whose breaker is open or remembered; not the monitoring image, not
+// placement cohorts, not another version.
+func TestSoftwareSuspects(t *testing.T) {
+	t.Parallel()
+	st := State{
+		Cohorts:    map[string]Breaker{"driver_version=610.57.04": {}, "zone=zone-a": {}, "monitoring_image=dcgm:4": {}},
+		Remembered: map[string]Remembered{"kernel=6.8.0-1": {}, "driver_version=580.1": {}},
+	}
+	node := Node{Name: "c/n1", Attrs: map[string]string{KeyDriverVersion: "610.57.04", KeyZone: "zone-a",
+		KeyMonitoringImage: "dcgm:4", KeyKernel: "6.8.0-1"}}
+	got := st.SoftwareSuspects(node)
+	if want := []string{"driver_version=610.57.04", "kernel=6.8.0-1"}; !slices.Equal(got, want) {
+		t.Errorf("suspects %v, want %v", got, want)
+	}
+	if got := st.SoftwareSuspects(Node{Name: "c/n2", Attrs: map[string]string{KeyDriverVersion: "580.159.03", KeyZone: "zone-a"}}); len(got) != 0 {
+		t.Errorf("node on the baseline driver: suspects %v", got)
+	}
+	if got := (State{}).SoftwareSuspects(node); len(got) != 0 {
+		t.Errorf("no breakers: suspects %v", got)
+	}
+}

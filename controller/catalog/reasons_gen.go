@@ -3,7 +3,7 @@
 package catalog
 
 // Version is the version of the embedded reason catalog.
-const Version = "1.1.0"
+const Version = "1.2.0"
 
 // Reason codes, one per catalog entry.
 const (
@@ -105,4 +105,26 @@ const (
 	ReasonNodeTerminating = "NodeTerminating"
 	// ReasonNodeClaimNotInitialized (none, provisioning, none): A NodeClaim's Node registered but never initialized (Initialized not True - startup taints, resources or the device plugin not ready); it is not capacity yet.
 	ReasonNodeClaimNotInitialized = "NodeClaimNotInitialized"
+	// ReasonContainedMemoryError (event, memory-uncorrectable, none): An uncorrectable GPU memory error the driver contained to one context (Xid 94); only that context was terminated, the GPU stays usable.
+	ReasonContainedMemoryError = "ContainedMemoryError"
+	// ReasonGPUHangAfterApplicationError (condition, gpu-hang, reset-gpu): A GPU hang Xid (109 context-switch timeout, 46, ...) within a minute after an application-class Xid (13, 31, ...) on the same GPU - the faulting context wedged the GPU.
+	ReasonGPUHangAfterApplicationError = "GPUHangAfterApplicationError"
+	// ReasonNodeFilesystemError (event, node-os, none): A filesystem of the node itself reported an error (an XFS metadata CRC or I/O error, an ext4 or btrfs error) but stayed mounted read-write.
+	ReasonNodeFilesystemError = "NodeFilesystemError"
+	// ReasonNodeConditionUnmapped (none, none, none): Another agent set a NodeCondition type this catalog does not map; it is counted (metric fleetrepair_node_conditions, the node's diagnoses) and never acted on.
+	ReasonNodeConditionUnmapped = "NodeConditionUnmapped"
+	// ReasonNodeConditionStale (none, monitoring-plane, none): A problem NodeCondition of another agent whose lastHeartbeatTime nobody refreshed within the freshness window - the agent that set it stopped or was removed; the condition is stale, not a fault.
+	ReasonNodeConditionStale = "NodeConditionStale"
+	// ReasonNodeConditionStartup (none, none, none): A problem NodeCondition of another agent set within the start-up grace after the node was created; checks settle while a node joins, so it is not acted on yet.
+	ReasonNodeConditionStartup = "NodeConditionStartup"
+	// ReasonRetiredPagesLimit (condition, memory-uncorrectable, replace): A GPU without row remapping (before Ampere) reached its retired-page limit (DCGM policy "Max Retired Pages Limit", or NVML retired pages at the limit); further memory errors cannot be retired.
+	ReasonRetiredPagesLimit = "RetiredPagesLimit"
+	// ReasonUncorrectableECCCounted (event, memory-uncorrectable, none): NVML's volatile uncorrectable ECC counter of a GPU rose with no Xid, row-remap or retirement finding to say what the driver did about it.
+	ReasonUncorrectableECCCounted = "UncorrectableECCCounted"
+	// ReasonGPUThermalOrPowerViolation (event, none, none): A DCGM policy thermal or power limit violation on a GPU (clocks throttled); the GPU works, slower.
+	ReasonGPUThermalOrPowerViolation = "GPUThermalOrPowerViolation"
+	// ReasonNVLinkNotApplicable (event, none, none): An NVLink finding (links inactive, an NVLink health or policy failure) on an instance type whose GPUs have no NVLink wired (per-SKU expectations); a false positive, not a fault.
+	ReasonNVLinkNotApplicable = "NVLinkNotApplicable"
+	// ReasonXidOnSuspectSoftware (event, driver-regression, none): An application-class Xid (13, 31, ...) on a node whose driver, kernel or image cohort breaker is open or remembered - the fleet shows the software, not the workload or the GPU, as the cause (a driver rollout, c10).
+	ReasonXidOnSuspectSoftware = "XidOnSuspectSoftware"
 )

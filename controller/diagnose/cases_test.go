@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -31,6 +32,10 @@ type expectedCase struct {
 		EscalateTo string   `json:"escalate_to"`
 		MustNot    []string `json:"must_not"`
 	} `json:"diagnosis"`
+	Breaker struct {
+		ExpectTrip bool   `json:"expect_trip"`
+		Cohort     string `json:"cohort"`
+	} `json:"breaker"`
 }
 
 // pendingCases are controller-side cases whose detectors (NVML, DCGM,
@@ -122,5 +127,56 @@ func TestCases(t *testing.T) {
 				t.Errorf("condition diagnoses = %d, want %d: %+v", conditions, want, ds)
 			}
 		})
+	}
+}
+
+// TestFleetCasesPerNode runs the per-node diagnosis of the fleet-scenario
+// cases whose breaker trips on a driver, kernel or image cohort (c10): with
+// the node in the tripped cohort (Input.SuspectSoftware, what the breakers
+// pass) the case's findings give its expected per-node diagnosis; the
+// application-class Xids are the software's, and no node is cordoned.
+func TestFleetCasesPerNode(t *testing.T) {
+	t.Parallel()
+	eng, err := diagnose.New(diagnose.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	ran := 0
+	for _, c := range loadCases(t) {
+		key, _, _ := strings.Cut(c.Breaker.Cohort, "=")
+		if c.Kind != "fleet-scenario" || !c.Breaker.ExpectTrip || len(c.Findings) == 0 || c.Diagnosis.FaultClass != "driver-regression" ||
+			key != "driver_version" && key != "kernel" && key != "image" {
+			continue
+		}
+		ran++
+		t.Run(c.ID, func(t *testing.T) {
+			t.Parallel()
+			var fs []finding.Finding
+			for i, m := range c.Findings {
+				fs = append(fs, toFinding(t, c.ID, i, m))
+			}
+			ds := eng.Diagnose(diagnose.Input{Node: "node-a1", Findings: fs, Now: now, SuspectSoftware: []string{c.Breaker.Cohort}})
+			h := diagnose.Headline(ds)
+			got := fmt.Sprintf("%s/%s/%s", h.Severity, h.FaultClass, h.Action)
+			if want := fmt.Sprintf("%s/%s/%s", c.Diagnosis.Severity, c.Diagnosis.FaultClass, c.Diagnosis.Action); got != want {
+				t.Fatalf("headline in the tripped cohort = %s (%s), want %s\nall: %+v", got, h.Reason, want, ds)
+			}
+			if !strings.Contains(h.Message, c.Breaker.Cohort) {
+				t.Errorf("message %q does not name the suspect cohort", h.Message)
+			}
+			for _, d := range ds {
+				if d.Severity == "condition" {
+					t.Errorf("condition %s: no node is cordoned for these Xids", d.Reason)
+				}
+			}
+			// Before the breaker trips the same findings are the workload's.
+			if h := diagnose.Headline(eng.Diagnose(diagnose.Input{Node: "node-a1", Findings: fs, Now: now})); h.FaultClass != "app-error" || h.Severity != "event" {
+				t.Errorf("outside a tripped cohort: %s/%s (%s), want event/app-error", h.Severity, h.FaultClass, h.Reason)
+			}
+		})
+	}
+	if ran == 0 {
+		t.Fatal("no fleet case with a software cohort trip ran")
 	}
 }

@@ -45,13 +45,27 @@ type Options struct {
 	RepeatProcesses int
 	// RepeatWindow is the sliding window for RepeatProcesses. Default 1h.
 	RepeatWindow time.Duration
+	// ConditionStartupGrace is how long after a Node's creation another
+	// agent's problem condition is not acted on (NodeConditionStartup).
+	// Default DefaultConditionStartupGrace.
+	ConditionStartupGrace time.Duration
+	// ConditionStaleAfter is how old another agent's lastHeartbeatTime may
+	// be before its condition is stale, not a fault (NodeConditionStale).
+	// Default DefaultConditionStaleAfter.
+	ConditionStaleAfter time.Duration
+	// InstanceTypes overrides and extends DefaultInstanceTypes (the policy
+	// file's instanceTypes), by instance type.
+	InstanceTypes map[string]InstanceType
 }
 
 // Engine applies the diagnosis rules. It is safe for concurrent use.
 type Engine struct {
-	cat             *catalog.Catalog
-	repeatProcesses int
-	repeatWindow    time.Duration
+	cat                   *catalog.Catalog
+	repeatProcesses       int
+	repeatWindow          time.Duration
+	conditionStartupGrace time.Duration
+	conditionStaleAfter   time.Duration
+	instanceTypes         map[string]InstanceType
 }
 
 // New returns an Engine. It returns an error for invalid options.
@@ -71,7 +85,21 @@ func New(o Options) (*Engine, error) {
 	if o.RepeatWindow < 0 {
 		return nil, fmt.Errorf("new diagnose engine: RepeatWindow must be positive, got %s", o.RepeatWindow)
 	}
-	return &Engine{cat: o.Catalog, repeatProcesses: o.RepeatProcesses, repeatWindow: o.RepeatWindow}, nil
+	if o.ConditionStartupGrace == 0 {
+		o.ConditionStartupGrace = DefaultConditionStartupGrace
+	}
+	if o.ConditionStaleAfter == 0 {
+		o.ConditionStaleAfter = DefaultConditionStaleAfter
+	}
+	if o.ConditionStartupGrace < 0 || o.ConditionStaleAfter < 0 {
+		return nil, fmt.Errorf("new diagnose engine: condition grace %s and freshness window %s must be positive", o.ConditionStartupGrace, o.ConditionStaleAfter)
+	}
+	types, err := mergeInstanceTypes(o.InstanceTypes)
+	if err != nil {
+		return nil, fmt.Errorf("new diagnose engine: %w", err)
+	}
+	return &Engine{cat: o.Catalog, repeatProcesses: o.RepeatProcesses, repeatWindow: o.RepeatWindow,
+		conditionStartupGrace: o.ConditionStartupGrace, conditionStaleAfter: o.ConditionStaleAfter, instanceTypes: types}, nil
 }
 
 // Catalog returns the engine's reason catalog.
@@ -89,6 +117,27 @@ type Input struct {
 	Findings []finding.Finding
 	// Now is the evaluation time (the injected clock).
 	Now time.Time
+	// InstanceType is the node's instance type (node.kubernetes.io/
+	// instance-type); it selects the expected GPU count and NVLink wiring
+	// (InstanceTypes). Empty: unknown, the agent's own expectations stand.
+	InstanceType string
+	// NodeCreated is the Node's creation time, for the start-up grace of
+	// other agents' conditions; zero: unknown, no grace.
+	NodeCreated time.Time
+	// SuspectSoftware are the node's driver, kernel and image cohorts
+	// ("driver_version=610.57.04") whose breaker is open or remembered
+	// (breaker.State.SoftwareSuspects): the fleet has found that software
+	// failing. The node's application-class Xids are then attributed to it
+	// (XidOnSuspectSoftware), never to the workload or the GPU (c10).
+	SuspectSoftware []string
+	// InventoryGPUs is how many GPUs the agent's heartbeat lists (NVML,
+	// else sysfs); 0: unknown. With InstanceType known, fewer than it
+	// promises is a lost GPU (inventoryFinding).
+	InventoryGPUs int
+	// Inventory is the heartbeat's GPU list (NVML index and PCI address):
+	// findings that name a GPU by its NVML index only (DCGM's) are placed
+	// on its PCI address, so they join the kernel's findings of that GPU.
+	Inventory []finding.GPU
 }
 
 // Diagnosis is one incident on one node.
@@ -155,10 +204,25 @@ type incident struct {
 // priority), then events. An empty result means nothing to report.
 func (e *Engine) Diagnose(in Input) []Diagnosis {
 	current, history := splitBoots(in)
-	sigs := e.classifyAll(current, classifyContext{driverChanged: driverChanged(current, history) || manyGPUsFailInit(current)})
+	ctx := classifyContext{driverChanged: driverChanged(current, history) || manyGPUsFailInit(current),
+		nodeCreated: in.NodeCreated, now: in.Now, pciByIndex: pciByIndex(in.Inventory)}
+	if t, ok := e.instanceTypes[in.InstanceType]; ok {
+		ctx.sku = &t
+	}
+	if f, ok := inventoryFinding(in, ctx.sku, current); ok {
+		current = append(current, f)
+	}
+	sigs := e.relate(e.classifyAll(current, ctx))
+	if len(in.SuspectSoftware) > 0 {
+		for i := range sigs {
+			if sigs[i].reason == catalog.ReasonXidApplicationError {
+				sigs[i].reason = catalog.ReasonXidOnSuspectSoftware
+			}
+		}
+	}
 	incidents := e.group(sigs, in.Now)
 
-	hist := e.historyClasses(history)
+	hist := e.historyClasses(history, ctx.sku)
 	out := make([]Diagnosis, 0, len(incidents))
 	for _, inc := range incidents {
 		out = append(out, e.toDiagnosis(in, inc, hist))
@@ -213,6 +277,39 @@ type classifyContext struct {
 	// one, or several GPUs fail to initialise at once (GPU init failures
 	// then point at the driver, not a GPU).
 	driverChanged bool
+	// sku is the node's instance type expectations; nil when unknown.
+	sku *InstanceType
+	// nodeCreated and now time other agents' conditions (ReadCondition).
+	nodeCreated, now time.Time
+	// pciByIndex maps NVML device indexes to PCI addresses (Inventory).
+	pciByIndex map[string]string
+}
+
+// pciByIndex maps the inventory's NVML indexes to PCI addresses.
+func pciByIndex(inv []finding.GPU) map[string]string {
+	if len(inv) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(inv))
+	for _, g := range inv {
+		if g.Index >= 0 && g.PCI != "" {
+			out[strconv.Itoa(g.Index)] = g.PCI
+		}
+	}
+	return out
+}
+
+// indexedGPU is the GPU of a finding that names it by NVML index only: its
+// PCI address from the inventory, else "index:N" (one GPU, unplaced).
+func indexedGPU(f *finding.Finding, ctx classifyContext) string {
+	i := f.Attr(finding.AttrGPUIndex)
+	if i == "" {
+		return ""
+	}
+	if pci := ctx.pciByIndex[i]; pci != "" {
+		return pci
+	}
+	return "index:" + i
 }
 
 // classify maps one finding to zero or one signal.
@@ -235,7 +332,7 @@ func (e *Engine) classify(f *finding.Finding, ctx classifyContext) (signal, bool
 	case finding.DetectorFilesystemError:
 		s.reason, s.nodeLevel = catalog.ReasonStorageVolumeError, true
 		if VolumeRole(f) == "node" {
-			s.reason = catalog.ReasonNodeFilesystemFailure
+			s.reason = nodeFilesystemReason(f)
 		}
 	case finding.DetectorOOMKill:
 		if s.reason = oomReason(f); s.reason == "" {
@@ -261,6 +358,15 @@ func (e *Engine) classify(f *finding.Finding, ctx classifyContext) (signal, bool
 				}
 			}
 			s.reason, s.attachable = catalog.ReasonXidApplicationError, true
+		case 94:
+			// Contained: only the context died, the GPU stays usable (c14);
+			// it joins a memory incident on its GPU (c07). "RST: Yes" (newer
+			// drivers) says the GPU needs a reset before the remap of the
+			// failed row takes effect.
+			s.reason, s.attachable = catalog.ReasonContainedMemoryError, true
+			if f.Attr(finding.AttrResetRequired) == "true" {
+				s.reason, s.attachable = catalog.ReasonRowRemapPending, false
+			}
 		case 154:
 			a, ok := recoveryAction(f.Attr(finding.AttrRecoveryAction))
 			if !ok {
@@ -278,10 +384,9 @@ func (e *Engine) classify(f *finding.Finding, ctx classifyContext) (signal, bool
 	case finding.DetectorFallenOffBus:
 		s.reason = catalog.ReasonGPULost
 	case finding.DetectorGPUCount:
-		if n, err := strconv.Atoi(f.Attr(finding.AttrMissing)); err != nil || n <= 0 {
+		if s.reason = gpuCountReason(f, ctx.sku); s.reason == "" {
 			return s, false
 		}
-		s.reason = catalog.ReasonGPULost
 	case finding.DetectorAERFatal:
 		s.reason = catalog.ReasonPCIeFatalError
 	case finding.DetectorAERCorrectable, finding.DetectorAERNonFatal:
@@ -299,6 +404,9 @@ func (e *Engine) classify(f *finding.Finding, ctx classifyContext) (signal, bool
 		}
 	case finding.DetectorNVLinkInactive:
 		s.reason, s.nodeLevel = catalog.ReasonNVLinkError, true
+		if nvlinkGated(ctx.sku) {
+			s.reason, s.nodeLevel = catalog.ReasonNVLinkNotApplicable, false
+		}
 	case finding.DetectorMonitoring:
 		s.reason = catalog.ReasonMonitoringPlaneUnavailable
 	case finding.DetectorRowRemapPending:
@@ -308,6 +416,23 @@ func (e *Engine) classify(f *finding.Finding, ctx classifyContext) (signal, bool
 		}
 	case finding.DetectorRowRemapFailure:
 		s.reason = catalog.ReasonRowRemapFailure
+	case finding.DetectorRetiredPages:
+		if s.reason = retiredPagesReason(f); s.reason == "" {
+			return s, false
+		}
+	case finding.DetectorECCErrors:
+		// The counter says errors happened, not what the driver did about
+		// them: it joins a memory incident on its GPU, else an event.
+		s.reason, s.attachable = catalog.ReasonUncorrectableECCCounted, true
+	case finding.DetectorDCGMPolicy:
+		if s.reason = dcgmPolicyReason(f, ctx.sku); s.reason == "" {
+			return s, false
+		}
+		s.nodeLevel = s.reason == catalog.ReasonNVLinkError
+		s.attachable = s.reason == catalog.ReasonContainedMemoryError || s.reason == catalog.ReasonXidApplicationError
+		if s.gpu == "" {
+			s.gpu = indexedGPU(f, ctx) // DCGM names GPUs by index
+		}
 	case finding.DetectorNVMLError:
 		s.reason = catalog.ReasonGPULost // "GPU is lost", "Unknown Error": the handle is gone (c11, c12)
 		if s.gpu == "" && driverNotLoaded(f.Attr(finding.AttrError)) {
@@ -322,10 +447,16 @@ func (e *Engine) classify(f *finding.Finding, ctx classifyContext) (signal, bool
 			s.reason = catalog.ReasonDevicePluginWithheldGPU
 		}
 	case finding.DetectorDCGMHealth:
+		if s.gpu == "" {
+			s.gpu = indexedGPU(f, ctx)
+		}
 		s.reason = catalog.ReasonDCGMHealthWarning
-		if f.Xid != 0 {
+		switch {
+		case f.Xid != 0:
 			s.reason = xidReason(f.Xid)
-		} else if f.Attr("fatal") == "true" {
+		case strings.Contains(strings.ToLower(f.Attr(finding.AttrSystem)), "nvlink") && nvlinkGated(ctx.sku):
+			s.reason = catalog.ReasonNVLinkNotApplicable
+		case f.Attr("fatal") == "true":
 			s.reason = catalog.ReasonVendorAcceleratedHardwareNotReady
 		}
 	case finding.DetectorDCGMDiag:
@@ -336,8 +467,8 @@ func (e *Engine) classify(f *finding.Finding, ctx classifyContext) (signal, bool
 		if f.Attr("faulty_memory_elements") != "" || strings.Contains(strings.ToLower(f.Attr("test")), "memory") {
 			s.reason = catalog.ReasonGPUMemoryDiagnosticFailed
 		}
-		if s.gpu == "" && f.Attr(finding.AttrGPUIndex) != "" {
-			s.gpu = "index:" + f.Attr(finding.AttrGPUIndex) // until the agent maps indexes to PCI addresses
+		if s.gpu == "" {
+			s.gpu = indexedGPU(f, ctx)
 		}
 	case finding.DetectorDCGMMetric:
 		if f.Attr("stale") == "true" {
@@ -358,8 +489,9 @@ func (e *Engine) classify(f *finding.Finding, ctx classifyContext) (signal, bool
 		}
 		s.reason, s.nodeLevel = catalog.ReasonNodeClaimNotRegistered, true
 	case finding.DetectorNodeCondition:
-		s.reason = nodeConditionReason(f.Attr("type"), f.Attr("status"), f.Attr("reason"))
-		if s.reason == "" {
+		v := e.ReadCondition(ConditionReading{Type: f.Attr("type"), Status: f.Attr("status"), Reason: f.Attr("reason"),
+			Heartbeat: attrTime(f, finding.AttrHeartbeat), NodeCreated: ctx.nodeCreated}, ctx.now)
+		if s.reason = v.Reason; s.reason == "" {
 			return s, false
 		}
 		s.nodeLevel = true
@@ -557,7 +689,7 @@ func (e *Engine) repeatedAppXids(sigs []signal, now time.Time) map[string][]sign
 		// A secondary Xid (45: the driver tearing down the channels of a
 		// process after another error) is a consequence, never evidence
 		// that the GPU keeps failing.
-		if s.reason == catalog.ReasonXidApplicationError && s.gpu != "" && s.f.Attr(finding.AttrSecondary) != "true" && s.f.Xid != 45 {
+		if s.reason == catalog.ReasonXidApplicationError && s.gpu != "" && !secondaryXid(s.f) {
 			groups[key{s.gpu, s.f.Xid}] = append(groups[key{s.gpu, s.f.Xid}], s)
 		}
 	}
@@ -614,11 +746,14 @@ func (e *Engine) hasNonAttachable(inc *incident) bool {
 
 // historyClasses returns the fault classes of condition signals seen in
 // earlier boots, keyed by GPU ("" for node-level signals).
-func (e *Engine) historyClasses(history []finding.Finding) map[string]map[string]bool {
+func (e *Engine) historyClasses(history []finding.Finding, sku *InstanceType) map[string]map[string]bool {
 	out := map[string]map[string]bool{}
-	for _, s := range e.classifyAll(history, classifyContext{}) {
+	for _, s := range e.relate(e.classifyAll(history, classifyContext{sku: sku})) {
 		r := e.cat.MustLookup(s.reason)
-		if r.Severity != catalog.SeverityCondition {
+		// A secondary Xid (45, 43: the driver tearing a channel down after
+		// another error) and a hang the application's own fault caused are
+		// consequences, not evidence that the GPU fails again (item 8).
+		if r.Severity != catalog.SeverityCondition || secondaryXid(s.f) || s.reason == catalog.ReasonGPUHangAfterApplicationError {
 			continue
 		}
 		g := s.gpu
@@ -694,6 +829,10 @@ func (e *Engine) toDiagnosis(in Input, inc *incident, hist map[string]map[string
 			why = fmt.Sprintf("the driver required a GPU reset or reboot %d times: the fault returned after the GPU was reset", recoveries)
 		case r.Code == catalog.ReasonGPUInitFailed && initAttempts >= 2:
 			why = fmt.Sprintf("GPU initialisation failed %d times", initAttempts)
+		case r.Code == catalog.ReasonGPUHangAfterApplicationError:
+			// The application wedged the GPU; an earlier boot's hang is no
+			// proof that this GPU fails (only the driver's second reset
+			// request above is).
 		default:
 			keys := d.GPUs
 			if nodeLevelKey(inc.key) {
@@ -717,6 +856,9 @@ func (e *Engine) toDiagnosis(in Input, inc *incident, hist map[string]map[string
 		d.Urgency = "drain-window"
 	}
 	d.Message = fmt.Sprintf("%s: %s", r.Code, r.Description)
+	if r.Code == catalog.ReasonXidOnSuspectSoftware {
+		d.Message += " Suspect: " + strings.Join(in.SuspectSoftware, ", ") + "."
+	}
 	if why != "" {
 		d.Message += " Escalated to " + string(d.Action) + ": " + why + "."
 	}
@@ -755,6 +897,12 @@ func describe(f finding.Finding) string {
 	}
 	if f.DevicePCI != "" {
 		s += " via " + f.DevicePCI
+	}
+	if f.Detector == finding.DetectorNodeCondition {
+		s += " " + f.Attr("type") + "=" + f.Attr("status")
+		if r := f.Attr("reason"); r != "" {
+			s += " (" + r + ")"
+		}
 	}
 	if f.Count > 1 {
 		s += " x" + strconv.Itoa(f.Count)

@@ -47,7 +47,7 @@ const FabricWindow = time.Second
 // firmware faults keep their own incident.
 func fabricXid(reason string) bool {
 	switch reason {
-	case catalog.ReasonNVLinkError, catalog.ReasonXidApplicationError, catalog.ReasonXidInformational,
+	case catalog.ReasonNVLinkError, catalog.ReasonXidApplicationError, catalog.ReasonXidInformational, catalog.ReasonContainedMemoryError, catalog.ReasonXidOnSuspectSoftware,
 		catalog.ReasonXidUnclassified, catalog.ReasonGPURecoveryActionRequired:
 		return true
 	}
@@ -254,4 +254,18 @@ func manyGPUsFailInit(current []finding.Finding) bool {
 		}
 	}
 	return len(gpus) >= 2
+}
+
+// nodeFilesystemReason maps a filesystem-error finding on a node volume: a
+// shutdown (XFS "Filesystem has been shut down", "Corruption of in-memory
+// data detected ... Shutting down filesystem") or a read-only remount stops
+// the node's writes, a failure; an error the filesystem survived (an XFS
+// metadata CRC or I/O error, an ext4 or btrfs error with the filesystem
+// still read-write) is an event. A finding that names no kind (another
+// source) is taken as a failure.
+func nodeFilesystemReason(f *finding.Finding) string {
+	if f.Attr(finding.AttrKind) == "error" {
+		return catalog.ReasonNodeFilesystemError
+	}
+	return catalog.ReasonNodeFilesystemFailure
 }

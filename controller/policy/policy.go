@@ -12,6 +12,9 @@
 //	    minHealthy: 2                              # never below 2 healthy nodes
 //	    reasons:
 //	      GPULost: {toleration: 0s}
+//	instanceTypes:                                 # per-SKU expectations (diagnose.DefaultInstanceTypes)
+//	  p5.48xlarge: {gpus: 8, nvlinks: 18, nvswitch: true}
+//	  my-onprem-a100x4: {gpus: 4, nvlinks: 12}
 //
 // Precedence, most specific first: nodePools.<pool>.reasons.<code>,
 // nodePools.<pool> (toleration only), reasons.<code>, the catalog.
@@ -50,22 +53,47 @@ type NodePool struct {
 	// MinHealthy is the least number of healthy Nodes (Ready, not
 	// quarantined) the NodePool must keep: below it no repair of the pool
 	// deletes anything (a pool that is mostly broken points at a shared
-	// cause). Default 0.
-	MinHealthy int `yaml:"minHealthy"`
+	// cause). Unset: the policy's DefaultMinHealthy (the controller
+	// configuration's budgets.minHealthy, default 0: none); 0 opts the
+	// NodePool out of a fleet-wide default.
+	MinHealthy *int `yaml:"minHealthy"`
 }
 
-// MinHealthy returns the NodePool's minimum healthy count (0: none).
+// MinHealthy returns the NodePool's minimum healthy count: its own
+// minHealthy, else DefaultMinHealthy (0: none).
 func (p *Policy) MinHealthy(nodePool string) int {
 	if p == nil {
 		return 0
 	}
-	return p.NodePools[nodePool].MinHealthy
+	if m := p.NodePools[nodePool].MinHealthy; m != nil {
+		return *m
+	}
+	return p.DefaultMinHealthy
 }
 
 // Policy is a validated policy file. The zero value (or nil) changes nothing.
 type Policy struct {
 	Reasons   map[string]Override `yaml:"reasons"`
 	NodePools map[string]NodePool `yaml:"nodePools"`
+	// InstanceTypes override or extend the diagnosis's per-instance-type
+	// expectations (GPU count, NVLinks wired per GPU, NVSwitch), by
+	// instance type (node.kubernetes.io/instance-type); an entry replaces
+	// the default one whole.
+	InstanceTypes map[string]diagnose.InstanceType `yaml:"instanceTypes"`
+	// DefaultMinHealthy is the minimum healthy count of every NodePool
+	// without its own minHealthy. It is not a key of the policy file: the
+	// controller configuration sets it from budgets.minHealthy
+	// (controller/config).
+	DefaultMinHealthy int `yaml:"-"`
+}
+
+// InstanceTypeOverrides returns the policy's instance types for
+// diagnose.Options.InstanceTypes; nil for a nil policy.
+func (p *Policy) InstanceTypeOverrides() map[string]diagnose.InstanceType {
+	if p == nil {
+		return nil
+	}
+	return p.InstanceTypes
 }
 
 // Duration is a time.Duration written as a Go duration string.
@@ -114,23 +142,48 @@ func Parse(data []byte, c *catalog.Catalog) (*Policy, error) {
 	if err := dec.Decode(&p); err != nil && !errors.Is(err, io.EOF) { // io.EOF: empty file, empty policy
 		return nil, fmt.Errorf("decode: %w", err)
 	}
-	line := func(path ...string) int { return lineOf(&root, path...) }
+	if err := p.Validate(c, &root); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// Validate checks a decoded policy against the catalog: known reason
+// codes and actions, toleration and action on condition-severity reasons
+// only, minHealthy >= 0. root is the YAML document the policy was decoded
+// from and at the path of the policy's mapping inside it (none: the
+// document itself; the controller configuration's inline policy is at
+// "policy"); errors name that line and the key path below at.
+func (p *Policy) Validate(c *catalog.Catalog, root *yaml.Node, at ...string) error {
+	if p == nil {
+		return nil
+	}
+	line := func(path ...string) int { return lineOf(root, append(append([]string(nil), at...), path...)...) }
+	prefix := ""
+	for _, a := range at {
+		prefix += a + "."
+	}
 	for code, o := range p.Reasons {
 		if err := check(c, code, o); err != nil {
-			return nil, fmt.Errorf("line %d: reasons.%s: %w", line("reasons", code), code, err)
+			return fmt.Errorf("line %d: %sreasons.%s: %w", line("reasons", code), prefix, code, err)
+		}
+	}
+	for name, it := range p.InstanceTypes {
+		if err := it.Validate(); err != nil {
+			return fmt.Errorf("line %d: %sinstanceTypes.%s: %w", line("instanceTypes", name), prefix, name, err)
 		}
 	}
 	for pool, np := range p.NodePools {
-		if np.MinHealthy < 0 {
-			return nil, fmt.Errorf("line %d: nodePools.%s.minHealthy: must be >= 0", line("nodePools", pool, "minHealthy"), pool)
+		if np.MinHealthy != nil && *np.MinHealthy < 0 {
+			return fmt.Errorf("line %d: %snodePools.%s.minHealthy: must be >= 0", line("nodePools", pool, "minHealthy"), prefix, pool)
 		}
 		for code, o := range np.Reasons {
 			if err := check(c, code, o); err != nil {
-				return nil, fmt.Errorf("line %d: nodePools.%s.reasons.%s: %w", line("nodePools", pool, "reasons", code), pool, code, err)
+				return fmt.Errorf("line %d: %snodePools.%s.reasons.%s: %w", line("nodePools", pool, "reasons", code), prefix, pool, code, err)
 			}
 		}
 	}
-	return &p, nil
+	return nil
 }
 
 func check(c *catalog.Catalog, code string, o Override) error {

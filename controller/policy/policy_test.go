@@ -7,7 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetrepair/fleetrepair/agent/finding"
 	"github.com/fleetrepair/fleetrepair/controller/catalog"
+	"github.com/fleetrepair/fleetrepair/controller/diagnose"
 	"github.com/fleetrepair/fleetrepair/controller/policy"
 )
 
@@ -24,6 +26,8 @@ func TestParseErrorsNameTheLine(t *testing.T) {
 		"not yaml":          {"reasons: [1, 2", "decode"},
 		"wrong type":        {"reasons: 3\n", "line 1"},
 		"negative duration": {"reasons:\n  GPULost: {toleration: -1m}\n", "line 2"},
+		"sku without gpus":  {"instanceTypes:\n  p5.48xlarge: {nvlinks: 18}\n", "line 2: instanceTypes.p5.48xlarge: gpus must be > 0"},
+		"sku unknown key":   {"instanceTypes:\n  p5.48xlarge: {gpus: 8, links: 18}\n", "line 2"},
 	} {
 		_, err := policy.Parse([]byte(tc.doc), c)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -81,5 +85,53 @@ nodePools:
 	}
 	if e, err := policy.Parse(nil, c); err != nil || e == nil {
 		t.Errorf("empty policy: %v, %v", e, err)
+	}
+}
+
+// TestInstanceTypesOverride: the policy file's instanceTypes reach the
+// diagnosis: an on-premises type it adds makes "3 of 4 GPUs" a lost GPU,
+// and an override that removes NVLink from a type makes its links-down
+// finding a false positive.
+func TestInstanceTypesOverride(t *testing.T) {
+	t.Parallel()
+	p, err := policy.Parse([]byte("instanceTypes:\n  onprem-a100x4: {gpus: 4, model: A100, nvlinks: 12}\n  p4d.24xlarge: {gpus: 8, nvlinks: 0}\n"), catalog.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := diagnose.New(diagnose.Options{InstanceTypes: p.InstanceTypeOverrides()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := finding.Finding{ID: "c", Detector: finding.DetectorGPUCount, Count: 1, Attrs: map[string]string{finding.AttrFound: "3"}}
+	links := finding.Finding{ID: "l", Detector: finding.DetectorNVLinkInactive, GPUPCI: "0000:10:1c.0", Count: 2, Attrs: map[string]string{finding.AttrLinks: "0,1"}}
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	if h := diagnose.Headline(eng.Diagnose(diagnose.Input{Node: "n", Findings: []finding.Finding{count}, Now: now, InstanceType: "onprem-a100x4"})); h.Reason != catalog.ReasonGPULost {
+		t.Errorf("3 of 4 GPUs on onprem-a100x4: %s, want GPULost", h.Reason)
+	}
+	if h := diagnose.Headline(eng.Diagnose(diagnose.Input{Node: "n", Findings: []finding.Finding{links}, Now: now, InstanceType: "p4d.24xlarge"})); h.Reason != catalog.ReasonNVLinkNotApplicable {
+		t.Errorf("links down on p4d.24xlarge overridden to no NVLink: %s, want NVLinkNotApplicable", h.Reason)
+	}
+	if got := (*policy.Policy)(nil).InstanceTypeOverrides(); got != nil {
+		t.Errorf("nil policy overrides %v", got)
+	}
+}
+
+// TestGPULostBareMetal: Xid 79 replaces in the cloud (catalog GPULost,
+// case c01); a bare-metal fleet, where a replacement is an RMA, reboots
+// first by policy: the action is the policy's, the catalog keeps its
+// escalation text.
+func TestGPULostBareMetal(t *testing.T) {
+	t.Parallel()
+	c := catalog.Default()
+	p, err := policy.Parse([]byte("reasons:\n  GPULost: {action: reboot}\n"), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost := c.MustLookup(catalog.ReasonGPULost)
+	if lost.Action != catalog.ActionReplace {
+		t.Fatalf("catalog GPULost action %s, want replace (xid-actions: REPLACE in the cloud; c01)", lost.Action)
+	}
+	if e := p.Resolve(lost, "metal", lost.Action); e.Action != catalog.ActionReboot {
+		t.Errorf("bare-metal policy action %s, want reboot", e.Action)
 	}
 }

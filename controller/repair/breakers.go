@@ -53,14 +53,30 @@ func (r *Reconciler) breakerNode(cluster string, info kube.NodeInfo, agent store
 	if agent.KernelVersion != "" {
 		attrs["kernel"] = agent.KernelVersion
 	}
-	if r.cfg.Breaker != nil {
-		for _, l := range r.cfg.Breaker.Config().Labels {
-			if v := info.Labels[l]; v != "" {
-				attrs[l] = v
-			}
-		}
+	for l, v := range r.cohortLabels(info) {
+		attrs[l] = v
 	}
 	return breaker.Node{Name: cluster + "/" + info.Name, Attrs: attrs}
+}
+
+// cohortLabels returns the node's labels the breakers form cohorts of
+// (breaker.Config.Labels; nil when none is configured or set). The store
+// keeps them with the node's metadata, so the shadow report replays the
+// same label cohorts.
+func (r *Reconciler) cohortLabels(info kube.NodeInfo) map[string]string {
+	if r.cfg.Breaker == nil {
+		return nil
+	}
+	var out map[string]string
+	for _, l := range r.cfg.Breaker.Config().Labels {
+		if v := info.Labels[l]; v != "" {
+			if out == nil {
+				out = map[string]string{}
+			}
+			out[l] = v
+		}
+	}
+	return out
 }
 
 // heldNode is what the guard needs to know of the node under repair.
@@ -186,6 +202,7 @@ func (r *Reconciler) evaluateBreakers(ctx context.Context, fleet map[string][]ku
 				"cause", d.Cause, "halt_rollout", d.HaltRollout, "message", d.Message)
 		}
 		r.breakersOpen.Set(float64(len(st.Cohorts)))
+		r.lastBreakers.Store(&st)
 		return nil
 	}
 	return errors.New("evaluate breakers: state kept changing")

@@ -1,11 +1,17 @@
 package repair
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/fleetrepair/fleetrepair/agent/finding"
+	"github.com/fleetrepair/fleetrepair/controller/catalog"
+	"github.com/fleetrepair/fleetrepair/controller/diagnose"
 	"github.com/fleetrepair/fleetrepair/controller/kube"
 )
 
@@ -25,8 +31,9 @@ func TestKubeletReady(t *testing.T) {
 		{corev1.NodeCondition{Type: "FleetRepairAcceleratedHardwareReady", Status: corev1.ConditionFalse}, false},
 	} {
 		got := len(conditionFindings("n1", "b1", []corev1.NodeCondition{tc.c})) == 1
-		if got != tc.want || anyForeignProblem([]corev1.NodeCondition{tc.c}) != tc.want {
-			t.Errorf("%s=%s: finding %v, scanned %v, want %v", tc.c.Type, tc.c.Status, got, anyForeignProblem([]corev1.NodeCondition{tc.c}), tc.want)
+		scanned := anyForeignProblem(testEngine(t), kube.NodeInfo{Conditions: []corev1.NodeCondition{tc.c}}, time.Now())
+		if got != tc.want || scanned != tc.want {
+			t.Errorf("%s=%s: finding %v, scanned %v, want %v", tc.c.Type, tc.c.Status, got, scanned, tc.want)
 		}
 	}
 }
@@ -40,5 +47,98 @@ func TestLifecycleFindings(t *testing.T) {
 	fs := lifecycleFindings("n1", "b1", kube.NodeInfo{Name: "n1", Deleting: at})
 	if len(fs) != 1 || fs[0].Detector != "node-terminating" || fs[0].ID == "" || fs[0].BootID != "b1" || fs[0].Attrs["deletion_timestamp"] != "2025-04-21T19:27:22Z" {
 		t.Fatalf("deleting node: %+v", fs)
+	}
+}
+
+func testEngine(t *testing.T) *diagnose.Engine {
+	t.Helper()
+	eng, err := diagnose.New(diagnose.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return eng
+}
+
+// TestForeignConditions: every condition of another agent is mapped or
+// counted as unmapped (a diagnosis and a metric series, never dropped); a
+// condition no agent refreshes is stale and one set while the node joins
+// waits out the start-up grace - neither is a fault, and the periodic scan
+// re-reads only what may become one.
+func TestForeignConditions(t *testing.T) {
+	t.Parallel()
+	eng := testEngine(t)
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	old := now.Add(-2 * time.Hour)
+	cond := func(typ, status string, heartbeat time.Time) corev1.NodeCondition {
+		return corev1.NodeCondition{Type: corev1.NodeConditionType(typ), Status: corev1.ConditionStatus(status), Reason: "R",
+			LastHeartbeatTime: metav1.NewTime(heartbeat), LastTransitionTime: metav1.NewTime(old)}
+	}
+	for _, tc := range []struct {
+		name      string
+		c         corev1.NodeCondition
+		created   time.Time
+		reason    string // headline reason, "" none
+		severity  catalog.Severity
+		scanned   bool
+		verdict   string
+		heartbeat bool
+	}{
+		{"mapped and fresh", cond("KernelDeadlock", "True", now.Add(-time.Minute)), old, catalog.ReasonKernelLockup, catalog.SeverityCondition, true, diagnose.VerdictBad, true},
+		{"mapped, agent gone", cond("KernelDeadlock", "True", now.Add(-time.Hour)), old, catalog.ReasonNodeConditionStale, catalog.SeverityNone, false, diagnose.VerdictStale, true},
+		{"mapped, node joining", cond("XIDError", "True", now.Add(-time.Minute)), now.Add(-3 * time.Minute), catalog.ReasonNodeConditionStartup, catalog.SeverityNone, true, diagnose.VerdictStartup, true},
+		{"healthy polarity", cond("XIDError", "False", now.Add(-time.Minute)), old, "", "", false, diagnose.VerdictHealthy, true},
+		{"unknown type", cond("GPUMemoryTemperatureHigh", "True", now.Add(-time.Minute)), old, catalog.ReasonNodeConditionUnmapped, catalog.SeverityNone, false, diagnose.VerdictUnmapped, true},
+		{"known polarity, unmapped", cond("NetworkingReady", "False", now.Add(-time.Minute)), old, catalog.ReasonNodeConditionUnmapped, catalog.SeverityNone, false, diagnose.VerdictUnmapped, true},
+		{"no heartbeat protocol", cond("AcceleratedHardwareReady", "False", time.Time{}), old, catalog.ReasonVendorAcceleratedHardwareNotReady, catalog.SeverityCondition, true, diagnose.VerdictBad, false},
+		// The kubelet's Ready is exempt from freshness: Unknown with an old
+		// heartbeat is exactly a dead kubelet.
+		{"kubelet silent", cond("Ready", "Unknown", now.Add(-time.Hour)), old, catalog.ReasonNodeNotReady, catalog.SeverityCondition, true, diagnose.VerdictBad, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			info := kube.NodeInfo{Name: "n1", Created: tc.created, Conditions: []corev1.NodeCondition{tc.c}}
+			fs := conditionFindings("n1", "b1", info.Conditions)
+			if len(fs) != 1 {
+				t.Fatalf("findings %+v", fs)
+			}
+			if _, ok := fs[0].Attrs[finding.AttrHeartbeat]; ok != tc.heartbeat {
+				t.Errorf("heartbeat attr present %v, want %v", ok, tc.heartbeat)
+			}
+			ds := eng.Diagnose(diagnose.Input{Node: "n1", BootID: "b1", Findings: fs, Now: now, NodeCreated: tc.created})
+			h := diagnose.Headline(ds)
+			if tc.reason == "" && len(ds) != 0 || tc.reason != "" && (h.Reason != tc.reason || h.Severity != tc.severity) {
+				t.Errorf("diagnoses %+v, want %s %s", ds, tc.reason, tc.severity)
+			}
+			if got := anyForeignProblem(eng, info, now); got != tc.scanned {
+				t.Errorf("scanned %v, want %v", got, tc.scanned)
+			}
+			counts := countConditions(eng, map[string][]kube.NodeInfo{"c1": {info}}, now)
+			if n := counts[conditionKey{"c1", string(tc.c.Type), tc.verdict}]; n != 1 {
+				t.Errorf("metric counts %v, want 1 for verdict %s", counts, tc.verdict)
+			}
+		})
+	}
+}
+
+// TestConditionsGauge: the gauge shows the last pass only, and other
+// agents' types beyond the bound are counted as "other", not dropped.
+func TestConditionsGauge(t *testing.T) {
+	t.Parallel()
+	eng := testEngine(t)
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	var conds []corev1.NodeCondition
+	for i := range maxConditionTypes + 3 {
+		conds = append(conds, corev1.NodeCondition{Type: corev1.NodeConditionType(fmt.Sprintf("Vendor%03d", i)), Status: corev1.ConditionTrue})
+	}
+	g := newConditionsGauge()
+	setConditions(g, countConditions(eng, map[string][]kube.NodeInfo{"c1": {{Name: "n1", Conditions: conds}}}, now))
+	if got := testutil.ToFloat64(g.WithLabelValues("c1", "other", diagnose.VerdictUnmapped)); got != 3 {
+		t.Errorf("other = %v, want 3", got)
+	}
+	if got := testutil.CollectAndCount(g); got != maxConditionTypes+1 {
+		t.Errorf("%d series, want %d", got, maxConditionTypes+1)
+	}
+	setConditions(g, countConditions(eng, map[string][]kube.NodeInfo{"c1": {{Name: "n1"}}}, now))
+	if got := testutil.CollectAndCount(g); got != 0 {
+		t.Errorf("%d series after the conditions cleared, want 0", got)
 	}
 }

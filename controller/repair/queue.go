@@ -258,16 +258,20 @@ func (r *Reconciler) enqueueOpen(ctx context.Context) {
 			r.queue.Add(nodeKey{rp.Cluster, rp.Node})
 		}
 	}
+	now := r.cfg.Now()
+	led := make(map[string][]kube.NodeInfo, len(fleet))
 	for name, nodes := range fleet {
 		if !r.leads(name) {
 			continue
 		}
+		led[name] = nodes
 		for _, n := range nodes {
-			if anyForeignProblem(n.Conditions) {
+			if anyForeignProblem(r.cfg.Engine, n, now) {
 				r.queue.Add(nodeKey{name, n.Name})
 			}
 		}
 	}
+	setConditions(r.nodeConditions, countConditions(r.cfg.Engine, led, now))
 }
 
 // listFleet reads every reachable cluster's Nodes once (from the informer

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,6 +27,7 @@ import (
 
 	"github.com/fleetrepair/fleetrepair/controller/breaker"
 	"github.com/fleetrepair/fleetrepair/controller/catalog"
+	"github.com/fleetrepair/fleetrepair/controller/config"
 	"github.com/fleetrepair/fleetrepair/controller/decide"
 	"github.com/fleetrepair/fleetrepair/controller/diagnose"
 	"github.com/fleetrepair/fleetrepair/controller/kube"
@@ -158,9 +160,15 @@ type Reconciler struct {
 	breakersOpen       prometheus.Gauge
 	timeToReplace      prometheus.Histogram
 	replacementsFailed prometheus.Counter
+	nodeConditions     *prometheus.GaugeVec // fleetrepair_node_conditions (interop.go)
 	reconciles         *prometheus.CounterVec
 	deletions          *prometheus.CounterVec
 	transitions        *prometheus.CounterVec
+
+	// lastBreakers is the breaker state this replica last saved (nil
+	// before the first pass): the diagnosis reads the software cohorts it
+	// holds suspect from it, one pass stale at most.
+	lastBreakers atomic.Pointer[breaker.State]
 }
 
 type nodeKey struct{ cluster, node string }
@@ -171,13 +179,13 @@ func New(cfg Config) (*Reconciler, error) {
 		return nil, errors.New("new reconciler: Store and Engine are required")
 	}
 	if cfg.Lookback == 0 {
-		cfg.Lookback = 7 * 24 * time.Hour
+		cfg.Lookback = config.DefaultLookback
 	}
 	if cfg.Resync == 0 {
-		cfg.Resync = 10 * time.Second
+		cfg.Resync = config.DefaultResync
 	}
 	if cfg.Workers == 0 {
-		cfg.Workers = 4
+		cfg.Workers = config.DefaultWorkers
 	}
 	if cfg.RetryBase == 0 {
 		cfg.RetryBase = 500 * time.Millisecond
@@ -198,13 +206,13 @@ func New(cfg Config) (*Reconciler, error) {
 		return nil, errors.New("new reconciler: Workers, RetryBase, ReconcileTimeout and ProbeTimeout must not be negative, RetryMax not below RetryBase")
 	}
 	if cfg.MaxBreakerAge == 0 {
-		cfg.MaxBreakerAge = max(3*cfg.Resync, 30*time.Second)
+		cfg.MaxBreakerAge = config.MaxBreakerAgeOf(cfg.Resync)
 	}
 	if cfg.DrainPerPass == 0 {
-		cfg.DrainPerPass = 1
+		cfg.DrainPerPass = config.DefaultDrainPerPass
 	}
 	if cfg.ApprovalTTL == 0 {
-		cfg.ApprovalTTL = 24 * time.Hour
+		cfg.ApprovalTTL = config.DefaultApprovalTTL
 	}
 	if cfg.Resync < 0 || cfg.Toleration < 0 || cfg.Lookback < 0 || cfg.MaxBreakerAge < 0 {
 		return nil, errors.New("new reconciler: Resync, Toleration, Lookback and MaxBreakerAge must not be negative")
@@ -231,10 +239,11 @@ func New(cfg Config) (*Reconciler, error) {
 			Help: "Triggers for another replica's clusters not forwarded (queue full or PostgreSQL down); the leader's catch-up pass reconciles them."}),
 		replacementsFailed: prometheus.NewCounter(prometheus.CounterOpts{Name: "fleetrepair_replacements_failed_total",
 			Help: "Replacements not Ready and healthy within the verify timeout."}),
+		nodeConditions: newConditionsGauge(),
 	}
 	var qm workqueue.MetricsProvider
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{r.reconciles, r.deletions, r.transitions, r.breakersOpen, r.timeToReplace, r.replacementsFailed, r.forwardDropped} {
+		for _, c := range []prometheus.Collector{r.reconciles, r.deletions, r.transitions, r.breakersOpen, r.timeToReplace, r.replacementsFailed, r.forwardDropped, r.nodeConditions} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("register repair metrics: %w", err)
 			}
@@ -287,7 +296,7 @@ func (r *Reconciler) ReconcileNode(ctx context.Context, cluster, node string) er
 		return fmt.Errorf("reconcile %s/%s: %w", cluster, node, err)
 	}
 	if _, err := r.cfg.Store.UpsertNodeMeta(ctx, store.Node{Cluster: cluster, Name: node, NodePool: info.NodePool,
-		Zone: info.Zone, InstanceType: info.InstanceType, NodeClaim: info.NodeClaim}, now); err != nil {
+		Zone: info.Zone, InstanceType: info.InstanceType, NodeClaim: info.NodeClaim, Labels: r.cohortLabels(info)}, now); err != nil {
 		return fmt.Errorf("reconcile %s/%s: %w", cluster, node, err)
 	}
 	n, err := r.cfg.Store.GetNode(ctx, cluster, node)
@@ -310,7 +319,12 @@ func (r *Reconciler) ReconcileNode(ctx context.Context, cluster, node string) er
 	}
 	fs = append(fs, conditionFindings(node, n.BootID, info.Conditions)...)
 	fs = append(fs, lifecycleFindings(node, n.BootID, info)...)
-	ds := r.cfg.Engine.Diagnose(diagnose.Input{Cluster: cluster, Node: node, BootID: n.BootID, Findings: fs, Now: now})
+	var suspects []string
+	if st := r.lastBreakers.Load(); st != nil {
+		suspects = st.SoftwareSuspects(r.breakerNode(cluster, info, n))
+	}
+	ds := r.cfg.Engine.Diagnose(diagnose.Input{Cluster: cluster, Node: node, BootID: n.BootID, Findings: fs, Now: now,
+		InstanceType: info.InstanceType, NodeCreated: info.Created, SuspectSoftware: suspects, InventoryGPUs: inventoryGPUs(n), Inventory: inventory(n)})
 	ds = r.applyPolicy(ds, info.NodePool)
 	events, err := r.recordDiagnoses(ctx, k, n.BootID, node, ds, now)
 	if err != nil {

@@ -344,16 +344,30 @@ func (e *env) setForeignCondition(t *testing.T, node, typ, status, reason string
 
 // TestInteropConditions: conditions set by other agents become findings. A
 // hardware verdict opens a repair (on a node with no fleetrepair agent); a
-// DCGM connection error (c20) or a healthy problem-style condition (c21)
-// opens nothing.
+// DCGM connection error (c20), a healthy problem-style condition (c21) or
+// a type no rule maps opens nothing.
 func TestInteropConditions(t *testing.T) {
 	e := newEnv(t, false)
 	ctx := context.Background()
 	e.setForeignCondition(t, "node-lost", "AcceleratedHardwareReady", "False", "NvidiaXID79Error")
 	e.setForeignCondition(t, "node-app", "AcceleratedHardwareReady", "False", "DCGMError")
 	e.setForeignCondition(t, "node-hang", "XIDError", "False", "NoXIDError")
+	e.setForeignCondition(t, "node-hang", "GPUMemoryTemperatureHigh", "True", "VendorCheck")
 	for _, n := range []string{"node-lost", "node-app", "node-hang"} {
 		e.reconcile(t, n)
+	}
+	// A type no rule maps is recorded against the node (the API's node
+	// diagnoses), not dropped, and repairs nothing.
+	ds, err := e.st.DiagnosesForNode(ctx, "c1", "node-hang", 50)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unmapped := false
+	for _, d := range ds {
+		unmapped = unmapped || d.Reason == catalog.ReasonNodeConditionUnmapped && d.Active && d.Severity == "none"
+	}
+	if !unmapped {
+		t.Errorf("no active NodeConditionUnmapped diagnosis for the unmapped type: %+v", ds)
 	}
 	r := e.open(t, "node-lost")
 	if r.Reason != catalog.ReasonVendorAcceleratedHardwareNotReady {

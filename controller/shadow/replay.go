@@ -11,6 +11,7 @@ import (
 	"github.com/fleetrepair/fleetrepair/agent/finding"
 	"github.com/fleetrepair/fleetrepair/controller/breaker"
 	"github.com/fleetrepair/fleetrepair/controller/catalog"
+	"github.com/fleetrepair/fleetrepair/controller/config"
 	"github.com/fleetrepair/fleetrepair/controller/decide"
 	"github.com/fleetrepair/fleetrepair/controller/diagnose"
 	"github.com/fleetrepair/fleetrepair/controller/ledger"
@@ -18,9 +19,13 @@ import (
 	"github.com/fleetrepair/fleetrepair/controller/store"
 )
 
-// schemaBudget is the clusters table's default budgets, for a cluster
+// schemaBudget is the clusters table's default budgets (migrations 00001
+// and 00004, the controller configuration's defaults), for a cluster
 // without a row (nodes always have one: the store creates it on ingest).
-var schemaBudget = Budget{DeletionsPerHour: 10, MaxInFlightPerNodePool: 1, NodePoolDeletionsPerHour: DefaultNodePoolDeletionsPerHour}
+var schemaBudget = func() Budget {
+	d := config.Default().Budgets
+	return Budget{DeletionsPerHour: d.DeletionsPerHour, MaxInFlightPerNodePool: d.MaxInFlightPerNodePool, NodePoolDeletionsPerHour: d.NodePoolDeletionsPerHour}
+}()
 
 // node is one stored node during the replay. Its key, "cluster/node", is
 // the breaker's node name, as in controller/repair.
@@ -29,6 +34,8 @@ type node struct {
 	pool               string
 	hasNodeClaim       bool
 	attrs              map[string]string
+	inventory          int           // GPUs in the newest heartbeat (diagnose.Input.InventoryGPUs)
+	gpus               []finding.GPU // the newest heartbeat's GPU list (diagnose.Input.Inventory)
 	joinAt             time.Time
 	joined             bool
 
@@ -50,14 +57,28 @@ type node struct {
 	gone bool
 }
 
-func newNode(sn store.Node) *node {
+// newNode is a stored node in the replay, with the cohort attributes the
+// live controller gives it (controller/repair breakerNode): its Kubernetes
+// facts, the agent's versions and the configured label cohorts (labels,
+// from the labels the store kept for it).
+func newNode(sn store.Node, labels []string) *node {
 	attrs := map[string]string{
 		breaker.KeyCluster: sn.Cluster, breaker.KeyNodePool: sn.NodePool, breaker.KeyZone: sn.Zone,
 		breaker.KeyInstanceType: sn.InstanceType, breaker.KeyKernel: sn.KernelVersion,
 		breaker.KeyDriverVersion: sn.DriverVersion,
 	}
+	for _, l := range labels {
+		if v := sn.Labels[l]; v != "" {
+			attrs[l] = v
+		}
+	}
+	inv := 0
+	var gpus []finding.GPU
+	if sn.Heartbeat != nil {
+		inv, gpus = max(sn.Heartbeat.GPUCount, len(sn.Heartbeat.GPUs)), sn.Heartbeat.GPUs
+	}
 	return &node{cluster: sn.Cluster, name: sn.Name, key: sn.Cluster + "/" + sn.Name, pool: sn.NodePool,
-		hasNodeClaim: sn.NodeClaim != "", attrs: attrs, joinAt: sn.CreatedAt, head: diagnose.Headline(nil)}
+		hasNodeClaim: sn.NodeClaim != "", attrs: attrs, inventory: inv, gpus: gpus, joinAt: sn.CreatedAt, head: diagnose.Headline(nil)}
 }
 
 func (n *node) bnode() breaker.Node { return breaker.Node{Name: n.key, Attrs: n.attrs} }
@@ -366,7 +387,8 @@ func (r *replay) diagnose(n *node, now time.Time) {
 	// a few seconds; its decisions may lag by that much, and the report's
 	// notes say so.
 	n.nextDiag = now.Add(r.cfg.Resync * time.Duration(len(fs)/throttleFindings))
-	ds := r.cfg.Engine.Diagnose(diagnose.Input{Cluster: n.cluster, Node: n.name, BootID: n.boot, Findings: fs, Now: now})
+	ds := r.cfg.Engine.Diagnose(diagnose.Input{Cluster: n.cluster, Node: n.name, BootID: n.boot, Findings: fs, Now: now,
+		InstanceType: n.attrs[breaker.KeyInstanceType], SuspectSoftware: r.bstate.SoftwareSuspects(n.bnode()), InventoryGPUs: n.inventory, Inventory: n.gpus})
 	n.diags = r.applyPolicy(ds, n.pool)
 	n.head = diagnose.Headline(n.diags)
 }
@@ -576,7 +598,7 @@ func (r *replay) guards(n *node, now time.Time, humanApproved bool) decide.Guard
 	inFlight := len(pruneBefore(r.inFlight, pool, now.Add(-r.cfg.DeletingFor)))
 	g := decide.Guards{
 		Budget: decide.Budget{DeletionsPerHour: b.DeletionsPerHour, MaxInFlightPerNodePool: b.MaxInFlightPerNodePool,
-			NodePoolDeletionsPerHour: r.nodePoolPerHour(), MinHealthy: r.cfg.Policy.MinHealthy(n.pool)},
+			NodePoolDeletionsPerHour: b.NodePoolDeletionsPerHour, MinHealthy: r.cfg.Policy.MinHealthy(n.pool)},
 		Counts: decide.Counts{Cluster: n.cluster, NodePool: n.pool,
 			DeletionsLastHour:         len(pruneBefore(r.deletedAt, n.cluster, now.Add(-time.Hour))),
 			InFlight:                  inFlight,
@@ -605,11 +627,13 @@ func pruneBefore(m map[string][]time.Time, k string, cut time.Time) []time.Time 
 	return ts
 }
 
-func (r *replay) nodePoolPerHour() int {
+// nodePoolPerHour is the per-NodePool hourly budget of a cluster whose
+// stored budget is stored: Config.NodePoolDeletionsPerHour when set.
+func (r *replay) nodePoolPerHour(stored int) int {
 	if r.cfg.NodePoolDeletionsPerHour > 0 {
 		return r.cfg.NodePoolDeletionsPerHour
 	}
-	return DefaultNodePoolDeletionsPerHour
+	return stored
 }
 
 // delay records, once per repair, that a budget delayed it.

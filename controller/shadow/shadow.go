@@ -32,6 +32,8 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -39,27 +41,25 @@ import (
 
 	"github.com/fleetrepair/fleetrepair/agent/finding"
 	"github.com/fleetrepair/fleetrepair/controller/breaker"
+	"github.com/fleetrepair/fleetrepair/controller/config"
 	"github.com/fleetrepair/fleetrepair/controller/diagnose"
 	"github.com/fleetrepair/fleetrepair/controller/policy"
 	"github.com/fleetrepair/fleetrepair/controller/store"
 )
 
-// Defaults of Config fields left zero. The first four are controller/repair's
-// defaults; the others are this model's assumptions (docs/shadow.md).
+// Defaults of Config fields left zero. The first four are the controller
+// configuration's defaults (controller/config, the one place they are
+// written); the others are this model's assumptions (docs/shadow.md).
 const (
-	DefaultLookback     = 7 * 24 * time.Hour // findings read per node (repair.Config.Lookback)
-	DefaultResync       = 10 * time.Second   // the controller's pass period (repair.Config.Resync)
-	DefaultDrainPerPass = 1                  // breaker-held repairs released per pass
-	DefaultApprovalTTL  = 24 * time.Hour     // a repair awaiting approval expires after this
+	DefaultLookback     = config.DefaultLookback     // findings read per node (repair.Config.Lookback)
+	DefaultResync       = config.DefaultResync       // the controller's pass period (repair.Config.Resync)
+	DefaultDrainPerPass = config.DefaultDrainPerPass // breaker-held repairs released per pass
+	DefaultApprovalTTL  = config.DefaultApprovalTTL  // a repair awaiting approval expires after this
 	// DefaultDeletingFor is how long a deletion counts as in flight against
 	// max_in_flight_per_nodepool: the ledger's deleting state lasts until the
 	// NodeClaim is gone (drain and termination), which the store does not
 	// record for repairs that never ran.
-	DefaultDeletingFor = 5 * time.Minute
-	// DefaultNodePoolDeletionsPerHour is the clusters table's default
-	// nodepool_deletions_per_hour (migration 00004); store.Cluster does not
-	// carry the stored value, so Config.NodePoolDeletionsPerHour sets it.
-	DefaultNodePoolDeletionsPerHour = 5
+	DefaultDeletingFor = config.DefaultDeletingFor
 	// DefaultRepeatWindow is diagnose.Options.RepeatWindow's default: the
 	// only window over which a diagnosis changes with time alone, so a node
 	// is re-diagnosed when one of its findings leaves it.
@@ -104,9 +104,9 @@ type Config struct {
 	// configured ones); nil means every cluster in the store.
 	Clusters []string
 
-	// NodePoolDeletionsPerHour is every cluster's per-NodePool deletion
-	// budget per hour (default DefaultNodePoolDeletionsPerHour; the store
-	// does not return it).
+	// NodePoolDeletionsPerHour, when > 0, replaces every cluster's stored
+	// per-NodePool deletion budget per hour (what-if reports); 0: the
+	// stored budget (store.Cluster), as the controller applies it.
 	NodePoolDeletionsPerHour int
 
 	Lookback     time.Duration // default DefaultLookback
@@ -138,6 +138,49 @@ func (c Config) withDefaults() Config {
 		c.MaxFindings = DefaultMaxFindings
 	}
 	return c
+}
+
+// FromConfig returns the replay's Config for the controller configuration
+// c, as the controller runs with it (cmd/runner gives controller/repair
+// the same c): the policy (overrides and minimum healthy counts), the
+// breakers, the toleration override, the resync period, the approval
+// expiry, the paced release and the lookback. The budgets are the stored
+// ones, which the controller sets from c at start. Store, Engine and
+// Clusters are the caller's to set. An invalid breaker configuration is
+// an error.
+func FromConfig(c config.Config) (Config, error) {
+	bp, err := c.BreakerPolicy()
+	if err != nil {
+		return Config{}, fmt.Errorf("shadow config: %w", err)
+	}
+	return Config{Policy: c.ResolvedPolicy(), Breaker: bp, Toleration: c.Repair.Toleration, Resync: c.Repair.Resync,
+		ApprovalTTL: c.Repair.ApprovalTTL, DrainPerPass: c.Repair.DrainPerPass, Lookback: c.Repair.Lookback}, nil
+}
+
+// Limits returns the report's effective cost limits: the longest range,
+// the most findings one report loads (range plus lookback), and the
+// lookback read before since.
+func (c Config) Limits() (maxRange time.Duration, maxFindings int, lookback time.Duration) {
+	c = c.withDefaults()
+	return c.MaxRange, c.MaxFindings, c.Lookback
+}
+
+// RangeTime reads a report bound: an RFC 3339 time, or a duration before
+// now, a Go duration (90m, 168h) or whole days (7d). The CLI and the
+// dashboard's shadow page take bounds this way; the API takes times only.
+func RangeTime(s string, now time.Time) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339, s); err == nil {
+		return t, nil
+	}
+	d, err := time.ParseDuration(s)
+	if days, ok := strings.CutSuffix(s, "d"); ok && err != nil {
+		n, nerr := strconv.Atoi(days)
+		d, err = time.Duration(n)*24*time.Hour, nerr
+	}
+	if err != nil || d < 0 {
+		return time.Time{}, fmt.Errorf("%q: want an RFC 3339 time (2026-11-23T12:00:00Z) or a duration before now (168h, 7d): %w", s, store.ErrInvalid)
+	}
+	return now.Add(-d), nil
 }
 
 // ReportFunc adapts Run to api.Config.Shadow.
@@ -414,16 +457,20 @@ func load(ctx context.Context, cfg Config, since, until time.Time) (*replay, err
 	for _, c := range clusters {
 		if len(want) == 0 || want[c.Name] {
 			r.budgets[c.Name] = Budget{DeletionsPerHour: c.DeletionsPerHour, MaxInFlightPerNodePool: c.MaxInFlightPerNodePool,
-				NodePoolDeletionsPerHour: r.nodePoolPerHour()}
+				NodePoolDeletionsPerHour: r.nodePoolPerHour(c.NodePoolDeletionsPerHour)}
 		}
 	}
 	r.out.Policy.Budgets = r.budgets
+	var labels []string
+	if cfg.Breaker != nil {
+		labels = cfg.Breaker.Config().Labels
+	}
 	var nodes []*node
 	for _, sn := range stored {
 		if len(want) > 0 && !want[sn.Cluster] {
 			continue
 		}
-		nodes = append(nodes, newNode(sn))
+		nodes = append(nodes, newNode(sn, labels))
 	}
 
 	from := since.Add(-cfg.Lookback)

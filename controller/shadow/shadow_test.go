@@ -267,7 +267,7 @@ func TestBudgets(t *testing.T) {
 	}
 
 	cfg = config(t, f.st)
-	cfg.Policy = &policy.Policy{NodePools: map[string]policy.NodePool{"train": {MinHealthy: 12}}}
+	cfg.Policy = &policy.Policy{NodePools: map[string]policy.NodePool{"train": {MinHealthy: ptr(12)}}}
 	rep = run(t, cfg, t0.Add(time.Hour))
 	if len(rep.Deletions) != 0 || len(rep.BudgetDelays) != 2 || rep.BudgetDelays[0].Budget != shadow.BudgetMinHealthy ||
 		!strings.Contains(rep.BudgetDelays[0].Detail, "10 healthy nodes, minimum 12") {
@@ -368,3 +368,5 @@ func TestNewestFindingsOverTheLimit(t *testing.T) {
 		t.Fatalf("deletions %v; want c1/chatty, whose newest finding is a lost GPU (notes %v, %+v)", names, rep.Notes, rep.ByReason)
 	}
 }
+
+func ptr[T any](v T) *T { return &v }

@@ -78,20 +78,30 @@ func TestPolicies(t *testing.T) {
 		},
 		{
 			name: "fleetrepair: the deletion budget paces repairs", policy: PolicyFleetRepair,
-			yaml: strings.Replace(twoPools, "tick: 1m", "tick: 1m, deletions_per_hour: 2", 1) + `timeline:
+			yaml: strings.Replace(twoPools, "tick: 1m", "tick: 1m, deletions_per_hour: 2, max_in_flight_per_nodepool: 5", 1) + `timeline:
   - {at: 0m, kind: inject, select: {nodes: [a1, b1, a2]}, findings: ` + gpuLost + `}
   - {at: 30m, kind: checkpoint, expect: {deletions: 2}}
   - {at: 71m, kind: checkpoint, expect: {deletions: 3}}`,
-			deleted: []string{"a1", "a2", "b1"}, held: []string{"b1"}, heldBy: "deletions budget",
+			deleted: []string{"a1", "a2", "b1"}, held: []string{"b1"}, heldBy: "2 deletions in the last hour, budget 2 per hour",
 		},
 		{
 			name: "fleetrepair: on-call resume releases held repairs", policy: PolicyFleetRepair,
-			yaml: twoPools + `timeline:
+			// Budgets that let the six through at once: this case is the
+			// resume, the budgets have theirs.
+			yaml: strings.Replace(twoPools, "tick: 1m", "tick: 1m, max_in_flight_per_nodepool: 6, nodepool_deletions_per_hour: 6", 1) + `timeline:
   - {at: 0m, kind: inject, select: {nodepool: b, count: 6}, findings: ` + gpuLost + `}
   - {at: 19m, kind: checkpoint, expect: {deletions: 0, breaker: {tripped: true}}}
   - {at: 20m, kind: resume, cohort: nodepool=b, actor: oncall@example.invalid}
   - {at: 21m, kind: checkpoint, expect: {deletions: 6, breaker: {tripped: false}}}`,
 			trips: 1, heldBy: "breaker nodepool=b open",
+		},
+		{
+			name: "fleetrepair: one deletion in flight per NodePool, five per hour", policy: PolicyFleetRepair,
+			yaml: twoPools + `timeline:
+  - {at: 0m, kind: inject, select: {nodes: [a1, a2]}, findings: ` + gpuLost + `}
+  - {at: 14m, kind: checkpoint, expect: {deletions: 1}}
+  - {at: 20m, kind: checkpoint, expect: {deletions: 2}}`,
+			deleted: []string{"a1", "a2"}, held: []string{"a2"}, heldBy: "1 deletions in flight, budget 1",
 		},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

@@ -29,9 +29,11 @@ import (
 	"github.com/fleetrepair/fleetrepair/agent/finding"
 	"github.com/fleetrepair/fleetrepair/controller/breaker"
 	"github.com/fleetrepair/fleetrepair/controller/catalog"
+	"github.com/fleetrepair/fleetrepair/controller/config"
 	"github.com/fleetrepair/fleetrepair/controller/decide"
 	"github.com/fleetrepair/fleetrepair/controller/diagnose"
 	"github.com/fleetrepair/fleetrepair/controller/ledger"
+	"github.com/fleetrepair/fleetrepair/controller/policy"
 )
 
 // Policy names.
@@ -50,14 +52,6 @@ const (
 	incidentGap                 = 30 * time.Minute // separates incidents on one GPU (checkpoint incidents_on_gpu)
 )
 
-// readinessConditions are vendor condition types that are healthy when
-// True; every other type is problem-style (bad when True). It mirrors the
-// polarity rule of controller/diagnose, which the baselines need to see a
-// vendor condition the way Karpenter does: any bad condition, whatever its
-// reason.
-var readinessConditions = map[string]bool{"Ready": true, "AcceleratedHardwareReady": true, "KernelReady": true,
-	"ContainerRuntimeReady": true, "StorageReady": true, "NetworkingReady": true}
-
 // Options configures Run.
 type Options struct {
 	// Engine is the diagnosis engine; nil means the default catalog.
@@ -68,18 +62,18 @@ type Options struct {
 	// Context, when set, stops the replay early (Ctrl-C): Run then returns
 	// its error.
 	Context context.Context
+	// Config is the controller configuration fleetrepair's run uses, the
+	// one the live controller and the shadow report receive
+	// (controller/config; nil: config.Default()): breakers and label
+	// cohorts, the deletion budgets (cluster and NodePool, in flight, the
+	// minimum healthy count), the repair timings and the policy overrides.
+	// A scenario's own parameters override it (Scenario.Settings).
+	Config *config.Config
 }
 
 // Run replays the scenario under each policy and evaluates its
 // checkpoints and expected outcome against fleetrepair's run.
 func Run(sc *Scenario, opts Options) (*Result, error) {
-	eng := opts.Engine
-	if eng == nil {
-		var err error
-		if eng, err = diagnose.New(diagnose.Options{}); err != nil {
-			return nil, fmt.Errorf("run scenario %s: %w", sc.Name, err)
-		}
-	}
 	policies := opts.Policies
 	if policies == nil {
 		policies = []string{PolicyFleetRepair, PolicyKarpenter, PolicyNVSentinel}
@@ -88,9 +82,25 @@ func Run(sc *Scenario, opts Options) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("run scenario %s: %w", sc.Name, err)
 	}
+	base := config.Default()
+	if opts.Config != nil {
+		base = *opts.Config
+	}
+	cfg := sc.Settings(base)
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("run scenario %s: %w", sc.Name, err)
+	}
+	eng := opts.Engine
+	if eng == nil {
+		// The configuration's per-instance-type expectations, as the live
+		// controller's engine has them (cmd/runner).
+		if eng, err = diagnose.New(diagnose.Options{InstanceTypes: cfg.ResolvedPolicy().InstanceTypeOverrides()}); err != nil {
+			return nil, fmt.Errorf("run scenario %s: %w", sc.Name, err)
+		}
+	}
 	res := &Result{Scenario: sc.Name, Pass: true}
 	for _, p := range policies {
-		r, err := newReplay(sc, p, eng, occ)
+		r, err := newReplay(sc, p, eng, occ, cfg)
 		if err != nil {
 			return nil, fmt.Errorf("run scenario %s: %w", sc.Name, err)
 		}
@@ -237,12 +247,6 @@ type simRepair struct {
 	since      time.Time // when it entered state (the approval expiry clock)
 }
 
-// The controller's defaults for what a scenario does not set.
-const (
-	simDrainPerPass = 1                // repair.Config.DrainPerPass
-	simResync       = 10 * time.Second // repair.Config.Resync
-)
-
 // Repair model states.
 const (
 	stateTolerating = "tolerating"
@@ -265,15 +269,20 @@ type replay struct {
 	byName map[string]*simNode
 	seq    uint64
 
-	bp         *breaker.Policy
-	fleet      *breaker.Fleet
-	fleetDirty bool
-	cohortKeys map[string]bool
-	bstate     breaker.State
-	signals    []breaker.Signal
-	replaced   []breaker.Replaced // NodeClaim deletions, for breaker.ReplacementFailure
-	deletedAt  []time.Time
-	nvTripped  bool
+	// cfg is the controller configuration of the run (Scenario.Settings);
+	// pol its policy, for fleetrepair's run only (nil: none).
+	cfg         config.Config
+	pol         *policy.Policy
+	bp          *breaker.Policy
+	fleet       *breaker.Fleet
+	fleetDirty  bool
+	cohortKeys  map[string]bool
+	bstate      breaker.State
+	signals     []breaker.Signal
+	replaced    []breaker.Replaced // NodeClaim deletions, for breaker.ReplacementFailure
+	deletedAt   []time.Time
+	poolDeleted map[string][]time.Time // NodePool -> its deletions, for the per-NodePool hourly budget
+	nvTripped   bool
 
 	lastRevert time.Duration
 	reverted   bool
@@ -309,14 +318,17 @@ func buildNodes(sc *Scenario) []*simNode {
 	return out
 }
 
-func newReplay(sc *Scenario, policy string, eng *diagnose.Engine, occ []occurrence) (*replay, error) {
+func newReplay(sc *Scenario, policy string, eng *diagnose.Engine, occ []occurrence, cfg config.Config) (*replay, error) {
 	switch policy {
 	case PolicyFleetRepair, PolicyKarpenter, PolicyNVSentinel:
 	default:
 		return nil, fmt.Errorf("policy %q is not one of fleetrepair, karpenter, nvsentinel", policy)
 	}
 	r := &replay{sc: sc, policy: policy, eng: eng, occ: occ, t0: sc.T0, byName: map[string]*simNode{},
-		xidsAfter: map[int][]time.Duration{}, out: PolicyResult{Policy: policy}}
+		xidsAfter: map[int][]time.Duration{}, out: PolicyResult{Policy: policy}, cfg: cfg, poolDeleted: map[string][]time.Time{}}
+	if policy == PolicyFleetRepair {
+		r.pol = cfg.ResolvedPolicy()
+	}
 	r.nodes = buildNodes(sc)
 	for _, n := range r.nodes {
 		if r.byName[n.name] != nil {
@@ -324,18 +336,9 @@ func newReplay(sc *Scenario, policy string, eng *diagnose.Engine, occ []occurren
 		}
 		r.byName[n.name] = n
 	}
-	labels := append([]string(nil), sc.Parameters.Breaker.Labels...)
-	for _, p := range sc.Fleet.NodePools {
-		for _, g := range sortedKeys(p.Groups) {
-			if !slices.Contains(labels, g) {
-				labels = append(labels, g)
-			}
-		}
-	}
-	b := sc.Parameters.Breaker
-	bp, err := breaker.NewPolicy(breaker.Config{Labels: labels, Window: b.Window, CoolDown: b.CoolDown,
-		MinFailing: b.MinFailing, Alpha: b.Alpha, MinRateRatio: b.MinRateRatio, CeilingFraction: b.CeilingFraction,
-		CeilingMinFailing: b.CeilingMin})
+	// Validated even when the configuration has the breakers off
+	// (fleetRepairStep then neither evaluates nor consults them).
+	bp, err := breaker.NewPolicy(cfg.Breaker.BreakerConfig())
 	if err != nil {
 		return nil, err
 	}
@@ -739,7 +742,11 @@ func (r *replay) replace(n *simNode) {
 // diagnose re-runs the real rules on a node whose findings changed.
 func (r *replay) diagnose(n *simNode, now time.Time) {
 	n.dirty = false
-	n.diags = r.eng.Diagnose(diagnose.Input{Node: n.name, BootID: n.bootID(), Findings: n.findings, Now: now})
+	n.diags = r.eng.Diagnose(diagnose.Input{Node: n.name, BootID: n.bootID(), Findings: n.findings, Now: now,
+		InstanceType: n.attrs[breaker.KeyInstanceType], SuspectSoftware: r.bstate.SoftwareSuspects(breaker.Node{Name: n.name, Attrs: n.attrs})})
+	// fleetrepair's policy turns the reasons it disables into events (no
+	// condition, no repair), as the controller does.
+	n.diags = r.pol.Apply(r.eng.Catalog(), n.diags, n.attrs[breaker.KeyNodePool])
 	n.head = diagnose.Headline(n.diags)
 	n.monitorDown = false
 	for _, d := range n.diags {
@@ -757,7 +764,7 @@ func (r *replay) diagnose(n *simNode, now time.Time) {
 	n.vendorBad = false
 	for typ, f := range latest {
 		st := f.Attr("status")
-		if readinessConditions[typ] && st == "False" || !readinessConditions[typ] && st == "True" {
+		if diagnose.ConditionBad(typ, st) { // polarity alone, as Karpenter's NodeRepair sees it
 			n.vendorBad = true
 		}
 	}
@@ -775,14 +782,31 @@ func (r *replay) unhealthy(n *simNode) bool {
 	return cond || n.vendorBad
 }
 
+// toleration is the node's toleration: the configuration's override
+// (repair.toleration, or the scenario's repair_toleration) for every
+// policy; else, for fleetrepair, its policy's for the headline diagnosis
+// in the node's NodePool (policy.ForDiagnosis, as the controller), for
+// the baselines the catalog's; a vendor condition's is the vendor's.
 func (r *replay) toleration(n *simNode) time.Duration {
-	if d := r.sc.Parameters.RepairToleration; d > 0 {
+	if d := r.cfg.Repair.Toleration; d > 0 {
 		return d
 	}
 	if n.head.Severity == catalog.SeverityCondition {
+		if r.pol != nil {
+			return r.pol.ForDiagnosis(r.eng.Catalog(), n.head, n.attrs[breaker.KeyNodePool], 0).Toleration
+		}
 		return n.head.Toleration()
 	}
 	return vendorToleration
+}
+
+// action is the action fleetrepair's policy executes for the node's
+// headline diagnosis: the recommendation, or the policy's.
+func (r *replay) action(n *simNode) catalog.Action {
+	if r.pol != nil && n.head.Severity == catalog.SeverityCondition {
+		return r.pol.ForDiagnosis(r.eng.Catalog(), n.head, n.attrs[breaker.KeyNodePool], 0).Action
+	}
+	return n.head.Action
 }
 
 func (r *replay) policyStep(t time.Duration, now time.Time) {
@@ -830,11 +854,76 @@ func (r *replay) policyStep(t time.Duration, now time.Time) {
 // code (controller/decide): the breakers on the signals of every joined
 // node's diagnoses (decide.Signals), then per unhealthy node, oldest
 // condition first, the ledger's next step (decide.Step) and the deletion
-// guards (decide.Deletion), carried out on the simulated fleet. The
-// scenario has one deletion budget (deletions per hour); the simulated
-// fleet has no in-flight or per-NodePool budget and no minimum healthy
-// count, and nobody approves.
+// guards (decide.Deletion) with the configuration's budgets
+// (config.Config.Budget: the cluster's and the NodePool's deletions per
+// hour, the NodePool's deletions in flight, its minimum healthy count),
+// carried out on the simulated fleet. Nobody approves.
 func (r *replay) fleetRepairStep(t time.Duration, now time.Time, candidates []*simNode) {
+	if r.cfg.Breaker.Enabled {
+		r.evaluateBreakers(t, now)
+	}
+	// The controller releases DrainPerPass held repairs per periodic pass
+	// (Resync, 10 s by default): a paced rate. A simulator step covers
+	// tick/Resync passes, so it releases that many times as many; the drain
+	// rate does not depend on the simulation's resolution.
+	perStep := max(1, r.cfg.Repair.DrainPerPass*int(r.sc.Parameters.Tick/r.cfg.Repair.Resync))
+	released := 0
+	take := func() bool {
+		if released >= perStep {
+			return false
+		}
+		released++
+		return true
+	}
+	for _, n := range candidates {
+		if n.rp == nil {
+			tol := decide.Toleration(n.head, r.toleration(n))
+			n.rp = &simRepair{state: ledger.Tolerating, tolUntil: now.Add(tol)}
+			n.state = stateTolerating
+		}
+		rp := n.rp
+		for range 3 { // awaiting_approval -> approved -> executed in one step, as the controller
+			row := decide.Repair{State: rp.state, NodeClaim: "nodeclaim-of-" + n.name, TolerationUntil: rp.tolUntil,
+				HeldBy: rp.heldBy, ReleasedBy: rp.releasedBy, Since: rp.since}
+			f := decide.Facts{Action: r.action(n), ApprovalTTL: r.cfg.Repair.ApprovalTTL, Drain: take, BreakerAllows: !r.cfg.Breaker.Enabled}
+			if decide.NeedsBreakers(row) && r.cfg.Breaker.Enabled {
+				f.BreakerAllows, _ = breaker.Allows(r.bstate, breaker.Node{Name: n.name, Attrs: n.attrs})
+			}
+			next := decide.Step(row, n.head, f, now)
+			if next.Kind == decide.Guard {
+				r.guard(n, t, now, next)
+				break
+			}
+			if next.Kind != decide.Transition {
+				break
+			}
+			rp.state, rp.since = next.To, now
+			if h, ok := next.Set["held_by"].(string); ok {
+				rp.heldBy = h
+			}
+			if rel, ok := next.Set["released_by"].(string); ok {
+				rp.releasedBy = rel
+			}
+			switch next.To {
+			case ledger.AwaitingApproval: // the recommended action is not executable
+				n.state = stateApproval
+				r.out.AwaitingApproval = append(r.out.AwaitingApproval, Approval{Node: n.name, At: fmtOffset(t),
+					Reason: n.head.Reason, Action: string(r.action(n))})
+			case ledger.Approved: // released by the controller: the guards again
+				continue
+			default: // expired (nobody approves): the next step opens a new repair
+				r.endPause(n, t, "expired: no approval within "+r.cfg.Repair.ApprovalTTL.String())
+				n.rp, n.state = nil, ""
+			}
+			break
+		}
+	}
+}
+
+// evaluateBreakers evaluates the cohort breakers on the signals of every
+// joined node's diagnoses (decide.AppendReplacementSignals), as the
+// controller's periodic pass.
+func (r *replay) evaluateBreakers(t time.Duration, now time.Time) {
 	if r.fleetDirty || r.fleet == nil {
 		var ns []breaker.Node
 		for _, n := range r.nodes {
@@ -867,62 +956,6 @@ func (r *replay) fleetRepairStep(t time.Duration, now time.Time, candidates []*s
 	for _, d := range ds {
 		r.recordDecision(d, t)
 	}
-	// The controller releases DrainPerPass held repairs per periodic pass
-	// (Resync, 10 s by default): a paced rate. A simulator step covers
-	// tick/Resync passes, so it releases that many times as many; the drain
-	// rate does not depend on the simulation's resolution.
-	perStep := max(1, simDrainPerPass*int(r.sc.Parameters.Tick/simResync))
-	released := 0
-	take := func() bool {
-		if released >= perStep {
-			return false
-		}
-		released++
-		return true
-	}
-	for _, n := range candidates {
-		if n.rp == nil {
-			tol := decide.Toleration(n.head, r.toleration(n))
-			n.rp = &simRepair{state: ledger.Tolerating, tolUntil: now.Add(tol)}
-			n.state = stateTolerating
-		}
-		rp := n.rp
-		for range 3 { // awaiting_approval -> approved -> executed in one step, as the controller
-			row := decide.Repair{State: rp.state, NodeClaim: "nodeclaim-of-" + n.name, TolerationUntil: rp.tolUntil,
-				HeldBy: rp.heldBy, ReleasedBy: rp.releasedBy, Since: rp.since}
-			f := decide.Facts{Action: n.head.Action, ApprovalTTL: r.sc.Parameters.ApprovalTTL, Drain: take}
-			if decide.NeedsBreakers(row) {
-				f.BreakerAllows, _ = breaker.Allows(r.bstate, breaker.Node{Name: n.name, Attrs: n.attrs})
-			}
-			next := decide.Step(row, n.head, f, now)
-			if next.Kind == decide.Guard {
-				r.guard(n, t, now, next)
-				break
-			}
-			if next.Kind != decide.Transition {
-				break
-			}
-			rp.state, rp.since = next.To, now
-			if h, ok := next.Set["held_by"].(string); ok {
-				rp.heldBy = h
-			}
-			if rel, ok := next.Set["released_by"].(string); ok {
-				rp.releasedBy = rel
-			}
-			switch next.To {
-			case ledger.AwaitingApproval: // the recommended action is not executable
-				n.state = stateApproval
-				r.out.AwaitingApproval = append(r.out.AwaitingApproval, Approval{Node: n.name, At: fmtOffset(t),
-					Reason: n.head.Reason, Action: string(n.head.Action)})
-			case ledger.Approved: // released by the controller: the guards again
-				continue
-			default: // expired (nobody approves): the next step opens a new repair
-				r.endPause(n, t, "expired: no approval within "+r.sc.Parameters.ApprovalTTL.String())
-				n.rp, n.state = nil, ""
-			}
-			break
-		}
-	}
 }
 
 // guard runs the deletion guards for a decide.Guard step and carries out
@@ -930,24 +963,45 @@ func (r *replay) fleetRepairStep(t time.Duration, now time.Time, candidates []*s
 // for the budget (retried next step).
 func (r *replay) guard(n *simNode, t time.Duration, now time.Time, g decide.Next) {
 	hour := now.Add(-time.Hour)
+	pool := n.attrs[breaker.KeyNodePool]
 	r.deletedAt = slices.DeleteFunc(r.deletedAt, func(x time.Time) bool { return !x.After(hour) })
-	err := decide.Deletion(decide.Guards{
-		Budget: decide.Budget{DeletionsPerHour: r.sc.Parameters.DeletionsPerHour,
-			MaxInFlightPerNodePool: math.MaxInt, NodePoolDeletionsPerHour: math.MaxInt},
-		Counts:   decide.Counts{Cluster: r.sc.Fleet.Cluster, NodePool: n.attrs[breaker.KeyNodePool], DeletionsLastHour: len(r.deletedAt)},
-		Breakers: true, State: r.bstate, Node: breaker.Node{Name: n.name, Attrs: n.attrs}, HumanApproved: g.HumanApproved,
+	r.poolDeleted[pool] = slices.DeleteFunc(r.poolDeleted[pool], func(x time.Time) bool { return !x.After(hour) })
+	budget := r.cfg.Budget(pool)
+	counts := decide.Counts{Cluster: r.sc.Fleet.Cluster, NodePool: pool, DeletionsLastHour: len(r.deletedAt),
+		NodePoolDeletionsLastHour: len(r.poolDeleted[pool])}
+	// In flight: the NodePool's deletions of the last
+	// config.DefaultDeletingFor (the shadow report's assumption of how long
+	// a NodeClaim takes to go), at most until the replacement is ready.
+	// Healthy: the NodePool's joined nodes neither deleting nor under a
+	// condition (quarantined).
+	for _, m := range r.nodes {
+		if !m.joined || m.attrs[breaker.KeyNodePool] != pool {
+			continue
+		}
+		switch {
+		case !m.deletingAt.IsZero():
+			if now.Before(m.deletingAt.Add(config.DefaultDeletingFor)) {
+				counts.InFlight++
+			}
+		case !r.unhealthy(m):
+			counts.Healthy++
+		}
+	}
+	err := decide.Deletion(decide.Guards{Budget: budget, Counts: counts,
+		Breakers: r.cfg.Breaker.Enabled, State: r.bstate, Node: breaker.Node{Name: n.name, Attrs: n.attrs}, HumanApproved: g.HumanApproved,
 	}, now)
 	after, _ := decide.AfterGuard(g, err)
 	switch {
 	case err == nil:
 		r.deletedAt = append(r.deletedAt, now)
+		r.poolDeleted[pool] = append(r.poolDeleted[pool], now)
 		n.rp = nil
 		r.delete(n, t, now)
 	case after.Kind == decide.Transition: // held by a breaker: on-call decides, or the breaker closes
 		n.rp.state, n.rp.since, n.rp.heldBy = after.To, now, decide.HeldByBreaker
 		r.hold(n, t, strings.TrimSuffix(err.Error(), ": "+decide.ErrHeldByBreaker.Error()))
-	case errors.Is(err, decide.ErrBudgetExceeded):
-		r.hold(n, t, fmt.Sprintf("deletions budget: %d per hour used", r.sc.Parameters.DeletionsPerHour))
+	case errors.Is(err, decide.ErrBudgetExceeded), errors.Is(err, decide.ErrMinHealthy):
+		r.hold(n, t, err.Error())
 		n.state = stateBudget
 	}
 }

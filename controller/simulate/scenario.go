@@ -9,12 +9,15 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/fleetrepair/fleetrepair/controller/config"
 )
 
 // Step kinds (docs/simulator.md).
@@ -89,8 +92,17 @@ type Parameters struct {
 	// HaltRollouts makes fleetrepair's run skip change steps that would
 	// spread a value whose breaker is open (default true).
 	HaltRollouts bool
+	// NodePoolDeletionsPerHour and MaxInFlightPerNodePool are fleetrepair's
+	// per-NodePool budgets (defaults: the controller configuration's, 5 per
+	// hour and 1 in flight). A deletion is in flight until its replacement
+	// is ready (ReplaceDuration).
+	NodePoolDeletionsPerHour int
+	MaxInFlightPerNodePool   int
 	// Breaker holds breaker.Config overrides; zero fields keep the defaults.
 	Breaker BreakerParams
+	// given are the parameters the scenario sets: those override the
+	// controller configuration the run is given (Scenario.Settings).
+	given map[string]bool
 }
 
 // BreakerParams are breaker settings a scenario may override.
@@ -395,8 +407,14 @@ func parseParameters(m map[string]any, p *Parameters) error {
 	p.DeletionsPerHour, p.Tick, p.HaltRollouts, p.ReplaceDuration = 10, 30*time.Second, true, 10*time.Minute
 	p.ApprovalTTL = 24 * time.Hour
 	var err error
+	p.given = map[string]bool{}
 	for k, v := range m {
+		p.given[k] = true
 		switch k {
+		case "nodepool_deletions_per_hour":
+			p.NodePoolDeletionsPerHour, err = intOf(v)
+		case "max_in_flight_per_nodepool":
+			p.MaxInFlightPerNodePool, err = intOf(v)
 		case "repair_toleration":
 			p.RepairToleration, err = parseOffset(v)
 		case "deletions_per_hour":
@@ -427,8 +445,8 @@ func parseParameters(m map[string]any, p *Parameters) error {
 	if p.Tick <= 0 {
 		return errors.New("parameters.tick: must be positive")
 	}
-	if p.DeletionsPerHour < 0 {
-		return errors.New("parameters.deletions_per_hour: must be >= 0")
+	if p.DeletionsPerHour < 0 || p.NodePoolDeletionsPerHour < 0 || p.MaxInFlightPerNodePool < 0 {
+		return errors.New("parameters: deletions_per_hour, nodepool_deletions_per_hour and max_in_flight_per_nodepool must be >= 0")
 	}
 	if p.ApprovalTTL <= 0 {
 		return errors.New("parameters.approval_ttl: must be positive")
@@ -814,4 +832,70 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// Settings returns the controller configuration fleetrepair's run of the
+// scenario uses: c (the configuration the controller runs with; Options.Config)
+// with the scenario's own parameters over it — repair_toleration,
+// approval_ttl, deletions_per_hour, nodepool_deletions_per_hour,
+// max_in_flight_per_nodepool and the breaker settings it names — and the
+// label cohorts of both, plus every fleet group label (rack: 16), as
+// breaker labels. A scenario that sets nothing runs with c as the
+// controller does.
+func (sc *Scenario) Settings(c config.Config) config.Config {
+	p := sc.Parameters
+	c.Breaker.Labels = slices.Clone(c.Breaker.Labels)
+	c.Breaker.RolloutKeys = slices.Clone(c.Breaker.RolloutKeys)
+	if p.given["repair_toleration"] {
+		c.Repair.Toleration = p.RepairToleration
+	}
+	if p.given["approval_ttl"] {
+		c.Repair.ApprovalTTL = p.ApprovalTTL
+	}
+	if p.given["deletions_per_hour"] {
+		c.Budgets.DeletionsPerHour = p.DeletionsPerHour
+	}
+	if p.given["nodepool_deletions_per_hour"] {
+		c.Budgets.NodePoolDeletionsPerHour = p.NodePoolDeletionsPerHour
+	}
+	if p.given["max_in_flight_per_nodepool"] {
+		c.Budgets.MaxInFlightPerNodePool = p.MaxInFlightPerNodePool
+	}
+	b := p.Breaker
+	setD := func(dst *time.Duration, v time.Duration) {
+		if v != 0 {
+			*dst = v
+		}
+	}
+	setD(&c.Breaker.Window, b.Window)
+	setD(&c.Breaker.CoolDown, b.CoolDown)
+	if b.MinFailing != 0 {
+		c.Breaker.MinFailing = b.MinFailing
+	}
+	if b.Alpha != 0 {
+		c.Breaker.Alpha = b.Alpha
+	}
+	if b.MinRateRatio != 0 {
+		c.Breaker.MinRateRatio = b.MinRateRatio
+	}
+	if b.CeilingFraction != 0 {
+		c.Breaker.CeilingFraction = b.CeilingFraction
+	}
+	if b.CeilingMin != 0 {
+		c.Breaker.CeilingMinFailing = b.CeilingMin
+	}
+	add := func(l string) {
+		if !slices.Contains(c.Breaker.Labels, l) {
+			c.Breaker.Labels = append(c.Breaker.Labels, l)
+		}
+	}
+	for _, l := range b.Labels {
+		add(l)
+	}
+	for _, np := range sc.Fleet.NodePools {
+		for _, g := range sortedKeys(np.Groups) {
+			add(g)
+		}
+	}
+	return c
 }

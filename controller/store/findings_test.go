@@ -236,7 +236,8 @@ func TestNodeMeta(t *testing.T) {
 		t.Fatal(err)
 	}
 	n, err := s.UpsertNodeMeta(ctx, store.Node{Cluster: "c1", Name: "n1", NodePool: "gpu", Zone: "us-east-1a",
-		InstanceType: "p5.48xlarge", NodeClaim: "gpu-abcde", BootID: "ignored", DriverVersion: "ignored"}, t0.Add(time.Minute))
+		InstanceType: "p5.48xlarge", NodeClaim: "gpu-abcde", BootID: "ignored", DriverVersion: "ignored",
+		Labels: map[string]string{"topology.kubernetes.io/rack": "r7"}}, t0.Add(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,11 +254,11 @@ func TestNodeMeta(t *testing.T) {
 		t.Fatal(err)
 	}
 	ns, err := s.ListNodes(ctx, "c1")
-	if err != nil || len(ns) != 1 || ns[0].NodePool != "gpu" || ns[0].BootID != "boot-b" {
+	if err != nil || len(ns) != 1 || ns[0].NodePool != "gpu" || ns[0].BootID != "boot-b" || ns[0].Labels["topology.kubernetes.io/rack"] != "r7" {
 		t.Fatalf("ListNodes(c1) = %+v, %v", ns, err)
 	}
 	all, _ := s.ListNodes(ctx, "")
-	if len(all) != 2 || all[1].Cluster != "c2" || !all[1].LastSeen.IsZero() || all[1].Heartbeat != nil {
+	if len(all) != 2 || all[1].Cluster != "c2" || !all[1].LastSeen.IsZero() || all[1].Heartbeat != nil || all[1].Labels != nil {
 		t.Fatalf("ListNodes(all) = %+v", all)
 	}
 	if _, err := s.GetNode(ctx, "c1", "nope"); !errors.Is(err, store.ErrNotFound) {

@@ -306,3 +306,43 @@ FROM ready GROUP BY reason ORDER BY reason`, first)
 	}
 	return out, nil
 }
+
+// TripStats is one breaker scope's trips (decisions into the open phase,
+// breaker_decisions.to_phase = 'open') per day of a range: Scope is the
+// decision's scope ("cohort", "fleet", "kill-switch", ...) and, for a cohort,
+// its key ("cohort zone"), so a chart draws one series per kind of breaker.
+type TripStats struct {
+	Scope  string
+	PerDay []int // index 0 is the first day of the range
+}
+
+// BreakerTripStats returns the breaker trips of the days days ending with
+// now's day (UTC), one TripStats per scope, by scope.
+func (s *Store) BreakerTripStats(ctx context.Context, days int, now time.Time) ([]TripStats, error) {
+	if days < 1 || days > 366 {
+		return nil, invalidf("breaker trip stats: days must be 1..366, got %d", days)
+	}
+	first := now.UTC().Truncate(24*time.Hour).AddDate(0, 0, -(days - 1))
+	rows, _ := s.pool.Query(ctx, `
+SELECT CASE WHEN cohort LIKE '%=%' THEN scope || ' ' || split_part(cohort, '=', 1) ELSE scope END,
+       floor(extract(epoch FROM at - $1) / 86400)::int, count(*)
+FROM breaker_decisions WHERE at >= $1 AND to_phase = 'open' GROUP BY 1, 2 ORDER BY 1, 2`, first)
+	var (
+		out   []TripStats
+		scope string
+		day   int
+		n     int
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&scope, &day, &n}, func() error {
+		if len(out) == 0 || out[len(out)-1].Scope != scope {
+			out = append(out, TripStats{Scope: scope, PerDay: make([]int, days)})
+		}
+		if day >= 0 && day < days {
+			out[len(out)-1].PerDay[day] = n
+		}
+		return nil
+	}); err != nil {
+		return nil, errorf(err, "count breaker trips per day")
+	}
+	return out, nil
+}

@@ -21,6 +21,10 @@ type Cluster struct {
 	// MaxInFlightPerNodePool is how many repairs may be in state deleting at
 	// once per NodePool; 0 stops deletions.
 	MaxInFlightPerNodePool int
+	// NodePoolDeletionsPerHour is how many repairs of one NodePool may
+	// enter state deleting per sliding hour (SetNodePoolBudget); 0 stops
+	// deletions.
+	NodePoolDeletionsPerHour int
 }
 
 // Node is what the controller knows about one node: facts from its agent
@@ -44,13 +48,17 @@ type Node struct {
 	Zone         string
 	InstanceType string
 	NodeClaim    string
+	// Labels are the node's labels the breakers form cohorts of (the
+	// controller configuration's breaker.labels), as the reconciler last
+	// saw them; nil when none.
+	Labels map[string]string
 
 	CreatedAt time.Time
 	UpdatedAt time.Time
 }
 
 const (
-	sqlClusterCols = `name, created_at, deletions_per_hour, max_in_flight_per_nodepool`
+	sqlClusterCols = `name, created_at, deletions_per_hour, max_in_flight_per_nodepool, nodepool_deletions_per_hour`
 
 	sqlSetClusterBudget = `
 INSERT INTO clusters (name, created_at, deletions_per_hour, max_in_flight_per_nodepool)
@@ -68,7 +76,7 @@ ON CONFLICT (name) DO UPDATE SET nodepool_deletions_per_hour = excluded.nodepool
 	sqlListClusters = `SELECT ` + sqlClusterCols + ` FROM clusters ORDER BY name`
 
 	nodeCols = `cluster, name, boot_id, driver_version, kernel_version, agent_version, heartbeat, last_seen,
-nodepool, zone, instance_type, nodeclaim, created_at, updated_at`
+nodepool, zone, instance_type, nodeclaim, created_at, updated_at, labels`
 
 	sqlGetNode = `SELECT ` + nodeCols + ` FROM nodes WHERE cluster = $1 AND name = $2`
 	// $1 = '' lists every cluster.
@@ -76,10 +84,11 @@ nodepool, zone, instance_type, nodeclaim, created_at, updated_at`
 
 	// The Kubernetes columns only; the agent's columns are IngestReport's.
 	sqlUpsertNodeMeta = `
-INSERT INTO nodes AS n (cluster, name, nodepool, zone, instance_type, nodeclaim, created_at, updated_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $7)
+INSERT INTO nodes AS n (cluster, name, nodepool, zone, instance_type, nodeclaim, created_at, updated_at, labels)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $8)
 ON CONFLICT (cluster, name) DO UPDATE SET
     nodepool = excluded.nodepool,
+    labels = excluded.labels,
     zone = excluded.zone,
     instance_type = excluded.instance_type,
     nodeclaim = excluded.nodeclaim,
@@ -137,7 +146,7 @@ func (s *Store) ListClusters(ctx context.Context) ([]Cluster, error) {
 
 func scanCluster(row pgx.CollectableRow) (Cluster, error) {
 	var c Cluster
-	err := row.Scan(&c.Name, &c.CreatedAt, &c.DeletionsPerHour, &c.MaxInFlightPerNodePool)
+	err := row.Scan(&c.Name, &c.CreatedAt, &c.DeletionsPerHour, &c.MaxInFlightPerNodePool, &c.NodePoolDeletionsPerHour)
 	c.CreatedAt = c.CreatedAt.UTC()
 	return c, err
 }
@@ -164,7 +173,8 @@ func (s *Store) ListNodes(ctx context.Context, cluster string) ([]Node, error) {
 }
 
 // UpsertNodeMeta records a node's Kubernetes facts (n.NodePool, n.Zone,
-// n.InstanceType, n.NodeClaim; empty means unknown and is stored as such),
+// n.InstanceType, n.NodeClaim, n.Labels; empty means unknown and is stored
+// as such),
 // creating the cluster and node rows when needed. It never touches the
 // agent's fields (boot ID, versions, heartbeat, last seen), so the informers
 // and the ingest path do not overwrite each other. Returns the stored node.
@@ -177,7 +187,7 @@ func (s *Store) UpsertNodeMeta(ctx context.Context, n Node, now time.Time) (Node
 		if _, err := tx.Exec(ctx, sqlEnsureCluster, n.Cluster, now); err != nil {
 			return err
 		}
-		rows, _ := tx.Query(ctx, sqlUpsertNodeMeta, n.Cluster, n.Name, n.NodePool, n.Zone, n.InstanceType, n.NodeClaim, now)
+		rows, _ := tx.Query(ctx, sqlUpsertNodeMeta, n.Cluster, n.Name, n.NodePool, n.Zone, n.InstanceType, n.NodeClaim, now, labelsDoc(n.Labels))
 		var err error
 		out, err = pgx.CollectExactlyOneRow(rows, scanNode)
 		return err
@@ -196,9 +206,10 @@ func scanNodeWith(row pgx.CollectableRow, extra ...any) (Node, error) {
 		n        Node
 		hb       []byte
 		lastSeen *time.Time
+		labels   []byte
 	)
 	err := row.Scan(append([]any{&n.Cluster, &n.Name, &n.BootID, &n.DriverVersion, &n.KernelVersion, &n.AgentVersion,
-		&hb, &lastSeen, &n.NodePool, &n.Zone, &n.InstanceType, &n.NodeClaim, &n.CreatedAt, &n.UpdatedAt}, extra...)...)
+		&hb, &lastSeen, &n.NodePool, &n.Zone, &n.InstanceType, &n.NodeClaim, &n.CreatedAt, &n.UpdatedAt, &labels}, extra...)...)
 	if err != nil {
 		return n, err
 	}
@@ -208,7 +219,21 @@ func scanNodeWith(row pgx.CollectableRow, extra ...any) (Node, error) {
 			return n, err
 		}
 	}
+	if len(labels) > 2 { // "{}": none
+		if err := json.Unmarshal(labels, &n.Labels); err != nil {
+			return n, err
+		}
+	}
 	n.LastSeen = fromNull(lastSeen)
 	n.CreatedAt, n.UpdatedAt = n.CreatedAt.UTC(), n.UpdatedAt.UTC()
 	return n, nil
+}
+
+// labelsDoc is the labels column's JSON document ("{}" for none).
+func labelsDoc(l map[string]string) []byte {
+	if len(l) == 0 {
+		return []byte("{}")
+	}
+	b, _ := json.Marshal(l) // a map of strings always encodes
+	return b
 }

@@ -66,10 +66,23 @@ func (s *Store) NotifyReconcile(ctx context.Context, refs []NodeRef) error {
 // listened are lost, so the caller catches up from the store
 // (NodesWithFindingsSince).
 func (s *Store) ListenReconcile(ctx context.Context, fn func(NodeRef), connected func(lostAt time.Time), lost func(error)) error {
+	return s.listen(ctx, ReconcileChannel, func(payload string) {
+		for _, line := range strings.Split(payload, "\n") {
+			if c, node, ok := strings.Cut(line, "/"); ok && c != "" && node != "" {
+				fn(NodeRef{Cluster: c, Node: node})
+			}
+		}
+	}, connected, lost)
+}
+
+// listen LISTENs on channel on a dedicated connection (outside the pool) and
+// calls fn with each notification's payload until ctx ends (then nil),
+// reconnecting with backoff (up to 10 s) and reporting as ListenReconcile.
+func (s *Store) listen(ctx context.Context, channel string, fn func(payload string), connected func(lostAt time.Time), lost func(error)) error {
 	var lostAt time.Time
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
-		err := s.listenOnce(ctx, fn, func() {
+		err := s.listenOnce(ctx, channel, fn, func() {
 			backoff = 100 * time.Millisecond
 			connected(lostAt)
 		})
@@ -88,14 +101,14 @@ func (s *Store) ListenReconcile(ctx context.Context, fn func(NodeRef), connected
 	return nil
 }
 
-func (s *Store) listenOnce(ctx context.Context, fn func(NodeRef), connected func()) error {
+func (s *Store) listenOnce(ctx context.Context, channel string, fn func(string), connected func()) error {
 	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
 	if err != nil {
 		return fmt.Errorf("connect listener: %w", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, "LISTEN "+ReconcileChannel); err != nil {
-		return fmt.Errorf("listen %s: %w", ReconcileChannel, err)
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
+		return fmt.Errorf("listen %s: %w", channel, err)
 	}
 	connected()
 	for {
@@ -106,11 +119,7 @@ func (s *Store) listenOnce(ctx context.Context, fn func(NodeRef), connected func
 			}
 			return fmt.Errorf("wait for notification: %w", err)
 		}
-		for _, line := range strings.Split(n.Payload, "\n") {
-			if c, node, ok := strings.Cut(line, "/"); ok && c != "" && node != "" {
-				fn(NodeRef{Cluster: c, Node: node})
-			}
-		}
+		fn(n.Payload)
 	}
 }
 

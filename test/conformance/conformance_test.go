@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetrepair/fleetrepair/controller/config"
 	"github.com/fleetrepair/fleetrepair/test/pgtest"
 )
 
@@ -80,12 +81,14 @@ func bootID(node string, boot int) string {
 type Case struct {
 	Name  string
 	Pools []Pool
-	// DeletionsPerHour is the cluster's budget (0: the schema default, 10).
-	DeletionsPerHour int
-	// ApprovalTTL is how long a repair awaits approval (0: 24h).
-	ApprovalTTL time.Duration
-	Inject      []Inject
-	End         time.Duration
+	// Config is the controller configuration file (docs/config.md) every
+	// caller runs with, parsed once by config.Parse ("": the defaults).
+	Config string
+	// Labels are node labels by node name (a rack): the Node's labels live,
+	// the stored node's for the shadow, a change step at 0s in the simulator.
+	Labels map[string]map[string]string
+	Inject []Inject
+	End    time.Duration
 	// Want is the outcome of each named node; every other node must end
 	// None.
 	Want map[string]Outcome
@@ -95,7 +98,10 @@ type Case struct {
 type Caller func(t *testing.T, c Case) map[string]Outcome
 
 // nodeSpec is one node of a case's fleet.
-type nodeSpec struct{ name, pool, zone string }
+type nodeSpec struct {
+	name, pool, zone string
+	labels           map[string]string
+}
 
 func (c Case) nodes() []nodeSpec {
 	var out []nodeSpec
@@ -109,7 +115,8 @@ func (c Case) nodes() []nodeSpec {
 		for _, z := range zones {
 			for range p.Zones[z] {
 				n++
-				out = append(out, nodeSpec{name: fmt.Sprintf("%s%d", p.Prefix, n), pool: p.Name, zone: z})
+				name := fmt.Sprintf("%s%d", p.Prefix, n)
+				out = append(out, nodeSpec{name: name, pool: p.Name, zone: z, labels: c.Labels[name]})
 			}
 		}
 	}
@@ -162,10 +169,10 @@ var Cases = []Case{
 		Want:   map[string]Outcome{"n3": HeldByAction},
 	},
 	{
-		Name:        "an approval not given in time expires, and the condition opens a new repair",
-		Pools:       []Pool{{Name: "gpu", Prefix: "n", Zones: map[string]int{"z1": 4}}},
-		ApprovalTTL: 30 * time.Minute,
-		Inject:      []Inject{{At: time.Minute, Nodes: []string{"n3"}, Findings: []map[string]any{gpuHang}}},
+		Name:   "an approval not given in time expires, and the condition opens a new repair",
+		Pools:  []Pool{{Name: "gpu", Prefix: "n", Zones: map[string]int{"z1": 4}}},
+		Config: "repair: {approvalTTL: 30m}",
+		Inject: []Inject{{At: time.Minute, Nodes: []string{"n3"}, Findings: []map[string]any{gpuHang}}},
 		// Awaiting approval from 11m, expired at 41m, a new repair tolerating.
 		End:  45 * time.Minute,
 		Want: map[string]Outcome{"n3": Tolerating},
@@ -247,7 +254,7 @@ var Cases = []Case{
 			{Name: "a", Prefix: "a", Zones: map[string]int{"z1": 3}},
 			{Name: "b", Prefix: "b", Zones: map[string]int{"z2": 3}},
 		},
-		DeletionsPerHour: 1,
+		Config: "budgets: {deletionsPerHour: 1}",
 		Inject: []Inject{
 			{At: time.Minute, Nodes: []string{"a1"}, Findings: []map[string]any{gpuLost}},
 			{At: 3 * time.Minute, Nodes: []string{"b2"}, Findings: []map[string]any{gpuLost}},
@@ -255,7 +262,95 @@ var Cases = []Case{
 		End:  30 * time.Minute,
 		Want: map[string]Outcome{"a1": Deleted, "b2": Delayed},
 	},
+	{
+		Name:   "the per-NodePool hourly budget delays the pool's next deletion, not another pool's",
+		Pools:  twoPools,
+		Config: "budgets: {nodePoolDeletionsPerHour: 1}",
+		Inject: []Inject{
+			{At: time.Minute, Nodes: []string{"a1"}, Findings: []map[string]any{gpuLost}},
+			{At: 2 * time.Minute, Nodes: []string{"a2", "b1"}, Findings: []map[string]any{gpuLost}},
+		},
+		End:  30 * time.Minute,
+		Want: map[string]Outcome{"a1": Deleted, "a2": Delayed, "b1": Deleted},
+	},
+	{
+		// a1's deletion is in flight from 11m until its NodeClaim is gone
+		// (5 minutes: config.DefaultDeletingFor, the replays' assumption
+		// and the simulated Karpenter's delay here).
+		Name:   "one deletion in flight per NodePool delays the next until the first is done",
+		Pools:  twoPools,
+		Config: "budgets: {maxInFlightPerNodePool: 1}",
+		Inject: []Inject{
+			{At: time.Minute, Nodes: []string{"a1"}, Findings: []map[string]any{gpuLost}},
+			{At: 2 * time.Minute, Nodes: []string{"a2"}, Findings: []map[string]any{gpuLost}},
+		},
+		End:  14 * time.Minute,
+		Want: map[string]Outcome{"a1": Deleted, "a2": Delayed},
+	},
+	{
+		Name:   "two deletions in flight per NodePool let both go",
+		Pools:  twoPools,
+		Config: "budgets: {maxInFlightPerNodePool: 2}",
+		Inject: []Inject{
+			{At: time.Minute, Nodes: []string{"a1"}, Findings: []map[string]any{gpuLost}},
+			{At: 2 * time.Minute, Nodes: []string{"a2"}, Findings: []map[string]any{gpuLost}},
+		},
+		End:  14 * time.Minute,
+		Want: map[string]Outcome{"a1": Deleted, "a2": Deleted},
+	},
+	{
+		Name:   "a NodePool below its minimum healthy count deletes nothing",
+		Pools:  twoPools,
+		Config: "budgets: {minHealthy: 3}",
+		Inject: []Inject{{At: time.Minute, Nodes: []string{"a1"}, Findings: []map[string]any{gpuLost}},
+			{At: time.Minute, Nodes: []string{"b1"}, Findings: []map[string]any{gpuLost}}},
+		End:  20 * time.Minute,
+		Want: map[string]Outcome{"a1": Delayed, "b1": Delayed},
+	},
+	{
+		// The rack label reaches the breakers only through the
+		// configuration file: six of a rack's eight nodes failing is a
+		// rack cohort, and nothing else (one NodePool, one zone) tells the
+		// racks apart.
+		Name:   "a rack configured as a label cohort trips its breaker",
+		Pools:  rackPool,
+		Labels: racks,
+		Config: "breaker: {labels: [topology.kubernetes.io/rack]}\nbudgets: {maxInFlightPerNodePool: 10, nodePoolDeletionsPerHour: 10}",
+		Inject: []Inject{{At: time.Minute, Nodes: nodeNames("n", 1, 6), Findings: []map[string]any{gpuLost}}},
+		End:    15 * time.Minute,
+		Want: map[string]Outcome{"n1": HeldByBreaker, "n2": HeldByBreaker, "n3": HeldByBreaker, "n4": HeldByBreaker,
+			"n5": HeldByBreaker, "n6": HeldByBreaker},
+	},
+	{
+		Name:   "a rack not configured as a cohort holds nothing",
+		Pools:  rackPool,
+		Labels: racks,
+		Config: "budgets: {maxInFlightPerNodePool: 10, nodePoolDeletionsPerHour: 10}",
+		Inject: []Inject{{At: time.Minute, Nodes: nodeNames("n", 1, 6), Findings: []map[string]any{gpuLost}}},
+		End:    15 * time.Minute,
+		Want:   map[string]Outcome{"n1": Deleted, "n2": Deleted, "n3": Deleted, "n4": Deleted, "n5": Deleted, "n6": Deleted},
+	},
 }
+
+// twoPools: NodePools a (a1..a3) and b (b1..b3).
+var twoPools = []Pool{
+	{Name: "a", Prefix: "a", Zones: map[string]int{"z1": 3}},
+	{Name: "b", Prefix: "b", Zones: map[string]int{"z2": 3}},
+}
+
+// rackPool and racks: one NodePool in one zone, six racks of eight nodes
+// (n1..n8 in rack r1, n9..n16 in r2, ...), told apart by their
+// topology.kubernetes.io/rack label only.
+var (
+	rackPool = []Pool{{Name: "gpu", Prefix: "n", Zones: map[string]int{"z1": 48}}}
+	racks    = func() map[string]map[string]string {
+		out := map[string]map[string]string{}
+		for i := range 48 {
+			out[fmt.Sprintf("n%d", i+1)] = map[string]string{"topology.kubernetes.io/rack": fmt.Sprintf("r%d", i/8+1)}
+		}
+		return out
+	}()
+)
 
 // conform runs every case against one caller.
 func conform(t *testing.T, call Caller) {
@@ -276,12 +371,18 @@ func conform(t *testing.T, call Caller) {
 	}
 }
 
-// approvalTTL is c.ApprovalTTL or the controller's default.
-func (c Case) approvalTTL() time.Duration {
-	if c.ApprovalTTL > 0 {
-		return c.ApprovalTTL
+// settings is the case's controller configuration, parsed as the
+// controller parses its file.
+func (c Case) settings(t *testing.T) config.Config {
+	t.Helper()
+	cfg, err := config.Parse([]byte(c.Config), nil)
+	if err != nil {
+		t.Fatalf("case config %q: %v", c.Config, err)
 	}
-	return 24 * time.Hour
+	if cfg.Repair.Resync != resync {
+		t.Fatalf("case config: resync %s, the callers step %s", cfg.Repair.Resync, resync)
+	}
+	return cfg
 }
 
 func orNone(o Outcome) Outcome {

@@ -10,7 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
-	"github.com/fleetrepair/fleetrepair/controller/breaker"
+	"github.com/fleetrepair/fleetrepair/controller/config"
 	"github.com/fleetrepair/fleetrepair/controller/diagnose"
 	"github.com/fleetrepair/fleetrepair/controller/kube"
 	"github.com/fleetrepair/fleetrepair/controller/ledger"
@@ -43,16 +43,19 @@ func (c *fakeClock) Set(t time.Time) {
 func live(t *testing.T, c Case) map[string]Outcome {
 	t.Helper()
 	ctx := context.Background()
-	st := storedFleet(t, c)
+	cfg := c.settings(t)
+	st := storedFleet(t, c, cfg)
 	cl := fake.NewClientBuilder().WithScheme(kube.Scheme).WithStatusSubresource(&corev1.Node{}, &karpv1.NodeClaim{}).Build()
-	sim := karpentersim.New(cl, 0)
+	// A deleted NodeClaim is gone after the replays' in-flight time.
+	sim := karpentersim.New(cl, config.DefaultDeletingFor)
 	for _, p := range c.Pools {
 		if err := sim.CreateNodePool(ctx, p.Name); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for _, n := range c.nodes() {
-		if err := sim.CreateNode(ctx, karpentersim.NodeSpec{Name: n.name, NodePool: n.pool, Zone: n.zone, InstanceType: "p5.48xlarge", GPUs: 8}); err != nil {
+		if err := sim.CreateNode(ctx, karpentersim.NodeSpec{Name: n.name, NodePool: n.pool, Zone: n.zone, InstanceType: "p5.48xlarge", GPUs: 8,
+			Labels: n.labels}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -60,13 +63,13 @@ func live(t *testing.T, c Case) map[string]Outcome {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bp, err := breaker.NewPolicy(breaker.Config{})
+	clk := &fakeClock{t: t0}
+	rc, err := repair.ConfigFrom(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	clk := &fakeClock{t: t0}
-	rec, err := repair.New(repair.Config{Store: st, Engine: eng, Clusters: map[string]*kube.Cluster{"c1": kube.New("c1", cl)},
-		Breaker: bp, Resync: resync, ApprovalTTL: c.approvalTTL(), Now: clk.Now})
+	rc.Store, rc.Engine, rc.Clusters, rc.Now = st, eng, map[string]*kube.Cluster{"c1": kube.New("c1", cl)}, clk.Now
+	rec, err := repair.New(rc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,6 +86,9 @@ func live(t *testing.T, c Case) map[string]Outcome {
 	for at := time.Duration(0); at <= c.End; at += resync {
 		now := t0.Add(at)
 		clk.Set(now)
+		if err := sim.Step(ctx, now); err != nil {
+			t.Fatal(err)
+		}
 		var due []string
 		for ; next < len(c.Inject) && c.Inject[next].At <= at; next++ {
 			in := c.Inject[next]

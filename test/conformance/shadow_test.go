@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/fleetrepair/fleetrepair/agent/finding"
-	"github.com/fleetrepair/fleetrepair/controller/breaker"
+	"github.com/fleetrepair/fleetrepair/controller/config"
 	"github.com/fleetrepair/fleetrepair/controller/diagnose"
 	"github.com/fleetrepair/fleetrepair/controller/shadow"
 	"github.com/fleetrepair/fleetrepair/controller/simulate"
@@ -21,22 +21,25 @@ func TestShadow(t *testing.T) { conform(t, replayed) }
 // storedFleet stores the case's nodes and findings as the controller
 // would have: node metadata with a NodeClaim, a heartbeat, and each
 // injection as one agent report received when it was observed.
-func storedFleet(t *testing.T, c Case) *store.Store {
+func storedFleet(t *testing.T, c Case, cfg config.Config) *store.Store {
 	t.Helper()
 	ctx := context.Background()
 	st := pgtest.Store(t)
 	joined := t0.Add(-time.Hour)
 	for _, n := range c.nodes() {
 		if _, err := st.UpsertNodeMeta(ctx, store.Node{Cluster: "c1", Name: n.name, NodePool: n.pool, Zone: n.zone,
-			InstanceType: "p5.48xlarge", NodeClaim: n.name + "-nc"}, joined); err != nil {
+			InstanceType: "p5.48xlarge", NodeClaim: n.name + "-nc", Labels: n.labels}, joined); err != nil {
 			t.Fatal(err)
 		}
 		report(t, st, n.name, joined, nil)
 	}
-	if c.DeletionsPerHour > 0 {
-		if _, err := st.SetClusterBudget(ctx, "c1", c.DeletionsPerHour, 1, joined); err != nil {
-			t.Fatal(err)
-		}
+	// The budgets of the configuration, as cmd/runner sets them at start.
+	b := cfg.Budgets
+	if _, err := st.SetClusterBudget(ctx, "c1", b.DeletionsPerHour, b.MaxInFlightPerNodePool, joined); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SetNodePoolBudget(ctx, "c1", b.NodePoolDeletionsPerHour, joined); err != nil {
+		t.Fatal(err)
 	}
 	return st
 }
@@ -73,7 +76,8 @@ func report(t *testing.T, st *store.Store, node string, at time.Time, fs []findi
 
 func replayed(t *testing.T, c Case) map[string]Outcome {
 	t.Helper()
-	st := storedFleet(t, c)
+	cfg := c.settings(t)
+	st := storedFleet(t, c, cfg)
 	var seq uint64
 	for _, in := range c.Inject {
 		for _, n := range in.Nodes {
@@ -85,11 +89,12 @@ func replayed(t *testing.T, c Case) map[string]Outcome {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bp, err := breaker.NewPolicy(breaker.Config{})
+	sc, err := shadow.FromConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep, err := shadow.Run(context.Background(), shadow.Config{Store: st, Engine: eng, Breaker: bp, Resync: resync, ApprovalTTL: c.approvalTTL()}, t0, t0.Add(c.End))
+	sc.Store, sc.Engine = st, eng
+	rep, err := shadow.Run(context.Background(), sc, t0, t0.Add(c.End))
 	if err != nil {
 		t.Fatal(err)
 	}

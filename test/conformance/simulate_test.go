@@ -20,17 +20,24 @@ func TestSimulator(t *testing.T) { conform(t, simulated) }
 func simulated(t *testing.T, c Case) map[string]Outcome {
 	t.Helper()
 	var b strings.Builder
-	fmt.Fprintf(&b, "scenario: conformance\nparameters: {tick: %s, end: %s, approval_ttl: %s", resync, c.End, c.approvalTTL())
-	if c.DeletionsPerHour > 0 {
-		fmt.Fprintf(&b, ", deletions_per_hour: %d", c.DeletionsPerHour)
-	}
-	b.WriteString("}\nfleet:\n  cluster: c1\n  nodepools:\n")
+	cfg := c.settings(t)
+	// The scenario sets the simulation's resolution only: the policy's
+	// settings are the configuration's (simulate.Options.Config).
+	fmt.Fprintf(&b, "scenario: conformance\nparameters: {tick: %s, end: %s}\n", resync, c.End)
+	b.WriteString("fleet:\n  cluster: c1\n  nodepools:\n")
 	for _, p := range c.Pools {
 		zones, _ := yaml.Marshal(p.Zones)
 		fmt.Fprintf(&b, "    - {name: %q, node_name_prefix: %q, zones: {%s}}\n", p.Name, p.Prefix,
 			strings.ReplaceAll(strings.TrimSpace(string(zones)), "\n", ", "))
 	}
 	b.WriteString("timeline:\n")
+	// Node labels: set at 0s, before any finding (a change step; the
+	// simulator's nodes carry them as attributes, cohorts when configured).
+	for _, n := range c.nodes() {
+		for k, v := range n.labels {
+			fmt.Fprintf(&b, "  - {at: 0s, kind: change, select: {nodes: [%q]}, set: {%q: %q}}\n", n.name, k, v)
+		}
+	}
 	boots := map[string]int{}
 	for _, in := range c.Inject {
 		for _, n := range in.Nodes {
@@ -61,7 +68,7 @@ func simulated(t *testing.T, c Case) map[string]Outcome {
 	if err != nil {
 		t.Fatalf("scenario:\n%s\n%v", b.String(), err)
 	}
-	res, err := simulate.Run(sc, simulate.Options{Policies: []string{simulate.PolicyFleetRepair}})
+	res, err := simulate.Run(sc, simulate.Options{Policies: []string{simulate.PolicyFleetRepair}, Config: &cfg})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -68,7 +68,7 @@ func TestClustersFromSecrets(t *testing.T) {
 	reviews := &auth.TokenReview{Clusters: map[string]kubernetes.Interface{"east": home}}
 	ctrl, err := runner.Start(ctx, runner.Options{DatabaseURL: pgtest.DSN(t), Listen: "127.0.0.1:0",
 		Clusters:      map[string]*kube.Cluster{"east": kube.New("east", envs[0].Client)},
-		Authenticator: reviews, Toleration: 2 * time.Second, Resync: 300 * time.Millisecond,
+		Authenticator: reviews, Config: settings(2*time.Second, 300*time.Millisecond),
 		ClusterSecrets: &runner.ClusterSecrets{Client: home, Namespace: ns,
 			Connect: func(name string, cfg *rest.Config) (*kube.Cluster, kubernetes.Interface, error) {
 				k, err := kube.NewCached(name, cfg, kube.CachedOptions{})

@@ -22,6 +22,7 @@ import (
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/fleetrepair/fleetrepair/cmd/runner"
+	"github.com/fleetrepair/fleetrepair/controller/config"
 	"github.com/fleetrepair/fleetrepair/controller/kube"
 	"github.com/fleetrepair/fleetrepair/controller/ledger"
 	"github.com/fleetrepair/fleetrepair/controller/store"
@@ -76,7 +77,7 @@ func startFleet(t testing.TB, tol time.Duration, nodes ...string) *fleet {
 	}
 	k := kube.New(cluster, c)
 	ctrl, err := runner.Start(ctx, runner.Options{DatabaseURL: pgtest.DSN(t), Listen: "127.0.0.1:0",
-		Clusters: map[string]*kube.Cluster{cluster: k}, Toleration: tol, Resync: 200 * time.Millisecond,
+		Clusters: map[string]*kube.Cluster{cluster: k}, Config: settings(tol, 200*time.Millisecond),
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -224,4 +225,15 @@ func TestAgentToReplacement(t *testing.T) {
 	if q, _ := f.k.Quarantined(ctx, "e2e-quiet"); q {
 		t.Fatal("quiet node tainted")
 	}
+}
+
+// settings is the default controller configuration with a toleration
+// override and, when > 0, a resync period (tests run in seconds).
+func settings(toleration, resync time.Duration) *config.Config {
+	c := config.Default()
+	c.Repair.Toleration = toleration
+	if resync > 0 {
+		c.Repair.Resync = resync
+	}
+	return &c
 }

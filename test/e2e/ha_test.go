@@ -71,8 +71,8 @@ func haRun(t *testing.T, point string) {
 			t.Fatal(err)
 		}
 		rctx, cancel := context.WithCancel(ctx)
-		ctrl, err := runner.Start(rctx, runner.Options{DatabaseURL: dsn, Listen: "127.0.0.1:0", Toleration: 2 * time.Second,
-			Resync: 300 * time.Millisecond, Clusters: map[string]*kube.Cluster{cluster: kube.New(cluster, c)}, Crash: crash,
+		ctrl, err := runner.Start(rctx, runner.Options{DatabaseURL: dsn, Listen: "127.0.0.1:0", Config: settings(2*time.Second, 300*time.Millisecond),
+			Clusters: map[string]*kube.Cluster{cluster: kube.New(cluster, c)}, Crash: crash,
 			LeaderElection: &runner.LeaderElection{Clients: map[string]kubernetes.Interface{cluster: cs}, Namespace: "default",
 				Identity: name, LeaseDuration: 2 * time.Second, RenewDeadline: 1500 * time.Millisecond, RetryPeriod: 200 * time.Millisecond},
 			Log: slog.New(slog.NewTextHandler(io.Discard, nil))})

@@ -61,8 +61,8 @@ func TestOneControllerTwoClustersOneDown(t *testing.T) {
 	east, eastSim := mk(false)
 	west, westSim := mk(true)
 	ctrl, err := runner.Start(ctx, runner.Options{DatabaseURL: pgtest.DSN(t), Listen: "127.0.0.1:0",
-		Clusters:   map[string]*kube.Cluster{"east": kube.New("east", east), "west": kube.New("west", west)},
-		Toleration: time.Second, Resync: 200 * time.Millisecond, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Clusters: map[string]*kube.Cluster{"east": kube.New("east", east), "west": kube.New("west", west)},
+		Config:   settings(time.Second, 200*time.Millisecond), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

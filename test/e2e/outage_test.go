@@ -64,7 +64,7 @@ func TestControllerOutageLosesNothing(t *testing.T) {
 	sim := karpentersim.New(c, 0)
 	_ = sim.CreateNodePool(ctx, "gpu")
 	_ = sim.CreateNode(ctx, karpentersim.NodeSpec{Name: "outage-1", NodePool: "gpu", Zone: "z1", InstanceType: "p5.48xlarge", GPUs: 8})
-	ctrl, err := runner.Start(ctx, runner.Options{DatabaseURL: pgtest.DSN(t), Listen: addr, Toleration: time.Hour,
+	ctrl, err := runner.Start(ctx, runner.Options{DatabaseURL: pgtest.DSN(t), Listen: addr, Config: settings(time.Hour, 0),
 		Clusters: map[string]*kube.Cluster{cluster: kube.New(cluster, c)}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)

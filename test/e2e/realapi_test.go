@@ -46,7 +46,7 @@ func TestRealAPIServersTwoClusters(t *testing.T) {
 		go func() { _ = sim.Run(ctx, 200*time.Millisecond); done <- struct{}{} }()
 	}
 	ctrl, err := runner.Start(ctx, runner.Options{DatabaseURL: pgtest.DSN(t), Listen: "127.0.0.1:0", Clusters: clusters,
-		Toleration: 2 * time.Second, Resync: 300 * time.Millisecond, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Config: settings(2*time.Second, 300*time.Millisecond), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -76,7 +76,7 @@ func TestAgentTokensAgainstRealAPIServers(t *testing.T) {
 	}
 	ctrl, err := runner.Start(ctx, runner.Options{DatabaseURL: pgtest.DSN(t), Listen: "127.0.0.1:0", Clusters: clusters,
 		Authenticator: &auth.TokenReview{Clusters: reviewers, ServiceAccounts: []string{"system:serviceaccount:fleetrepair:fleetrepair-agent"}},
-		Toleration:    time.Hour, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Config:        settings(time.Hour, 0), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -36,6 +36,15 @@ var edges = []struct {
 		allow: []string{"controller/catalog/gen"}, // the code generator writes files
 	},
 	{
+		// The controller configuration reads its file (os) and nothing
+		// else: no network, database or Kubernetes, no package that does
+		// I/O (store, kube, repair, shadow), so the simulator can take it.
+		name: "controller/config: no network, database or Kubernetes",
+		from: []string{"controller/config"},
+		forbidden: []string{"net/...", "net/http", "database/...", "github.com/jackc/pgx/...", "k8s.io/...", "sigs.k8s.io/...",
+			module + "/controller/store", module + "/controller/kube", module + "/controller/repair", module + "/controller/shadow"},
+	},
+	{
 		name:      "nothing under controller/ imports web/ or cmd/",
 		from:      []string{"controller/..."},
 		forbidden: []string{module + "/web/...", module + "/cmd/..."},

@@ -35,6 +35,9 @@ type NodeSpec struct {
 	// Created, when set, is the objects' creation timestamp (the client
 	// fakes keep it; a real API server sets its own).
 	Created time.Time
+	// Labels are extra labels of the Node and its NodeClaim (a rack, an
+	// NVLink domain: the breakers' label cohorts).
+	Labels map[string]string
 }
 
 // Replacement records one NodeClaim the simulator replaced.
@@ -88,6 +91,9 @@ func (s *Sim) CreateNode(ctx context.Context, n NodeSpec) error {
 		karpv1.NodeRegisteredLabelKey:    "true",
 		karpv1.NodeInitializedLabelKey:   "true",
 		"fleetrepair.dev/simulated-node": "true",
+	}
+	for k, v := range n.Labels {
+		labels[k] = v
 	}
 	// A real API server assigns the UID itself; the client fakes keep the one
 	// given here.

@@ -22,6 +22,7 @@ import (
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/fleetrepair/fleetrepair/controller/config"
 	"github.com/fleetrepair/fleetrepair/controller/kube"
 	"github.com/fleetrepair/fleetrepair/test/envtest"
 )
@@ -47,7 +48,7 @@ var chartCases = []struct {
 	{
 		name:   "defaults",
 		values: baseValues,
-		kinds: []string{"ClusterRole", "ClusterRoleBinding", "DaemonSet", "Deployment", "Job", "NetworkPolicy", "PodDisruptionBudget",
+		kinds: []string{"ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "Deployment", "Job", "NetworkPolicy", "PodDisruptionBudget",
 			"Role", "RoleBinding", "Service", "ServiceAccount", "ServiceAccount"},
 	},
 	{
@@ -55,7 +56,7 @@ var chartCases = []struct {
 		// CRDs: the guard leaves the objects out instead of failing.
 		name:   "monitoring-without-crds",
 		values: baseValues + "serviceMonitor: {enabled: true}\nprometheusRule: {enabled: true}\n",
-		kinds: []string{"ClusterRole", "ClusterRoleBinding", "DaemonSet", "Deployment", "Job", "NetworkPolicy", "PodDisruptionBudget",
+		kinds: []string{"ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "Deployment", "Job", "NetworkPolicy", "PodDisruptionBudget",
 			"Role", "RoleBinding", "Service", "ServiceAccount", "ServiceAccount"},
 	},
 	{
@@ -82,6 +83,19 @@ prometheusRule: {enabled: true}
 			"PodMonitor", "PrometheusRule", "Role", "RoleBinding", "Service", "ServiceAccount", "ServiceAccount", "ServiceMonitor"},
 	},
 	{
+		// The controller configuration: label cohorts and timings from
+		// controller.config, over the convenience values.
+		name: "config",
+		values: baseValues + `  budgets: {deletionsPerHour: 4, nodePoolDeletionsPerHour: 2, maxInFlightPerNodePool: 1}
+  config:
+    breaker: {labels: [topology.kubernetes.io/rack, nvidia.com/gpu.clique]}
+    budgets: {minHealthy: 2}
+    repair: {approvalTTL: 12h}
+`,
+		kinds: []string{"ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "Deployment", "Job", "NetworkPolicy", "PodDisruptionBudget",
+			"Role", "RoleBinding", "Service", "ServiceAccount", "ServiceAccount"},
+	},
+	{
 		// A node pool without the NVIDIA toolkit and without DCGM.
 		name: "no-nvidia-runtime",
 		values: baseValues + `agent:
@@ -91,7 +105,7 @@ prometheusRule: {enabled: true}
   criSocket: ""
   kubeletHealthz: ""
 `,
-		kinds: []string{"ClusterRole", "ClusterRoleBinding", "DaemonSet", "Deployment", "Job", "NetworkPolicy", "PodDisruptionBudget",
+		kinds: []string{"ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "Deployment", "Job", "NetworkPolicy", "PodDisruptionBudget",
 			"Role", "RoleBinding", "Service", "ServiceAccount", "ServiceAccount"},
 	},
 	{
@@ -103,7 +117,7 @@ serviceMonitor: {enabled: true}
 `,
 		helm:      promOpAPI,
 		needFlags: []string{"controller --tls-cert-file", "controller --tls-key-file", "agent --ca-file"},
-		kinds: []string{"Certificate", "ClusterRole", "ClusterRoleBinding", "DaemonSet", "Deployment", "Job", "NetworkPolicy", "PodDisruptionBudget",
+		kinds: []string{"Certificate", "ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "Deployment", "Job", "NetworkPolicy", "PodDisruptionBudget",
 			"PodMonitor", "Role", "RoleBinding", "Service", "ServiceAccount", "ServiceAccount", "ServiceMonitor"},
 	},
 	{
@@ -116,7 +130,7 @@ serviceMonitor: {enabled: true}
     roles: {gpu-oncall: approver}
 `,
 		needFlags: []string{"controller --oidc-issuer-url", "controller --oidc-client-id", "controller --oidc-groups-claim", "controller --oidc-role"},
-		kinds: []string{"ClusterRole", "ClusterRoleBinding", "DaemonSet", "Deployment", "Job", "NetworkPolicy", "PodDisruptionBudget",
+		kinds: []string{"ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "Deployment", "Job", "NetworkPolicy", "PodDisruptionBudget",
 			"Role", "RoleBinding", "Service", "ServiceAccount", "ServiceAccount"},
 	},
 	{
@@ -227,6 +241,7 @@ func TestChart(t *testing.T) {
 			{baseValues + "  replicas: 0\n", "replicas"},
 			{baseValues + "agent: {image: {digest: latest}}\n", "digest"},
 			{baseValues + "  oidc: {roles: {oncall: root}}\n", "roles"},
+			{baseValues + "  config: {breakr: {labels: [rack]}}\n", "additional properties 'breakr' not allowed"},
 		} {
 			_, err := render(t, c.values)
 			if err == nil || !strings.Contains(err.Error(), "schema") || !strings.Contains(err.Error(), c.want) {
@@ -501,12 +516,7 @@ func checkController(t *testing.T, objs []*unstructured.Unstructured) {
 			t.Errorf("controller args %v: missing %s", c.Args, arg)
 		}
 	}
-	budgets := []string{"--deletions-per-hour=10", "--nodepool-deletions-per-hour=5", "--max-in-flight-per-nodepool=1"}
-	for _, arg := range budgets {
-		if !slices.Contains(c.Args, arg) {
-			t.Errorf("controller args %v: missing %s", c.Args, arg)
-		}
-	}
+	checkControllerConfig(t, objs, pod, c)
 	if c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet == nil || c.ReadinessProbe.HTTPGet.Path != "/readyz" {
 		t.Errorf("controller readiness probe = %+v", c.ReadinessProbe)
 	}
@@ -541,6 +551,52 @@ func checkController(t *testing.T, objs []*unstructured.Unstructured) {
 	job := typed[batchv1.Job](t, find(objs, "Job", "fleetrepair-migrate"))
 	if job.Annotations["helm.sh/hook"] != "pre-install,pre-upgrade" || !slices.Equal(job.Spec.Template.Spec.Containers[0].Args, []string{"migrate", "up"}) {
 		t.Errorf("migration Job: hook %q args %v", job.Annotations["helm.sh/hook"], job.Spec.Template.Spec.Containers[0].Args)
+	}
+}
+
+// checkControllerConfig checks the controller configuration the chart
+// renders: --config names a file of the ConfigMap's volume, and the file
+// passes the controller's own strict parser (controller/config) with the
+// values' budgets, dry run and resync in it and controller.config over
+// them. No configuration flag is passed besides --config, so the file is
+// the one place they are set.
+func checkControllerConfig(t *testing.T, objs []*unstructured.Unstructured, pod corev1.PodSpec, c corev1.Container) {
+	t.Helper()
+	var path string
+	for _, a := range c.Args {
+		if p, ok := strings.CutPrefix(a, "--config="); ok {
+			path = p
+		}
+		for _, f := range []string{"--dry-run", "--resync", "--deletions-per-hour", "--nodepool-deletions-per-hour", "--max-in-flight-per-nodepool", "--policy", "--toleration", "--workers"} {
+			if a == f || strings.HasPrefix(a, f+"=") {
+				t.Errorf("controller args %v: %s would override the configuration file", c.Args, f)
+			}
+		}
+	}
+	if path == "" {
+		t.Fatalf("controller args %v: no --config", c.Args)
+	}
+	if !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == "config" && m.MountPath == filepath.Dir(path) }) ||
+		!slices.ContainsFunc(pod.Volumes, func(v corev1.Volume) bool {
+			return v.Name == "config" && v.ConfigMap != nil && v.ConfigMap.Name == "fleetrepair-controller-config"
+		}) {
+		t.Errorf("controller: --config %s without the config ConfigMap mounted there", path)
+	}
+	cm := typed[corev1.ConfigMap](t, find(objs, "ConfigMap", "fleetrepair-controller-config"))
+	doc, ok := cm.Data[filepath.Base(path)]
+	if !ok {
+		t.Fatalf("config ConfigMap has no %s: %v", filepath.Base(path), cm.Data)
+	}
+	cfg, err := config.Parse([]byte(doc), nil)
+	if err != nil {
+		t.Fatalf("rendered configuration refused by the controller's parser: %v\n%s", err, doc)
+	}
+	if cfg.Budgets.DeletionsPerHour <= 0 || cfg.Budgets.MaxInFlightPerNodePool <= 0 || !strings.Contains(doc, "dryRun") || !strings.Contains(doc, "resync") {
+		t.Errorf("rendered configuration lacks the values' budgets, dry run or resync:\n%s", doc)
+	}
+	if strings.Contains(doc, "topology.kubernetes.io/rack") && (!slices.Contains(cfg.Breaker.Labels, "topology.kubernetes.io/rack") ||
+		cfg.Budgets.DeletionsPerHour != 4 || cfg.Budgets.MinHealthy != 2 || cfg.Repair.ApprovalTTL.String() != "12h0m0s") {
+		t.Errorf("controller.config and budgets not both in the rendered configuration: %+v", cfg)
 	}
 }
 

@@ -77,7 +77,8 @@ func run(ctx context.Context) error {
 		}
 		time.Sleep(2 * time.Second)
 	}
-	pages := map[string]string{"fleet": "/fleet", "approvals": "/approvals", "breakers": "/breakers", "reasons": "/reasons", "history": "/history"}
+	pages := map[string]string{"fleet": "/fleet", "approvals": "/approvals", "breakers": "/breakers", "reasons": "/reasons", "history": "/history",
+		"shadow": "/shadow?since=24h"}
 	// A repair and a node from the approvals list.
 	link, err := chromedp.Run(bctx, chromedp.Evaluate[string](`fetch("/api/v1/repairs?limit=1").then(r => r.json()).then(p => p.items.length ? p.items[0].id + "|" + p.items[0].cluster + "/" + p.items[0].node : "")`, chromedp.EvalAwaitPromise))
 	if err != nil {
@@ -89,6 +90,11 @@ func run(ctx context.Context) error {
 	for name, path := range pages {
 		if err := chromedp.Do(bctx, chromedp.Navigate(*base+path), chromedp.WaitVisible("#live")); err != nil {
 			return fmt.Errorf("open %s: %w", path, err)
+		}
+		// A live page shows its stream's state: wait until it is open.
+		if _, err := chromedp.Run(bctx, chromedp.Poll[bool](`!document.getElementById("live").dataset.events || document.getElementById("stream").textContent === "live"`,
+			chromedp.WithPollingTimeout(10*time.Second))); err != nil {
+			return fmt.Errorf("live stream of %s: %w", path, err)
 		}
 		png, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
 		if err != nil {

@@ -26,6 +26,7 @@ import (
 	"github.com/fleetrepair/fleetrepair/agent/finding"
 	"github.com/fleetrepair/fleetrepair/controller/auth"
 	"github.com/fleetrepair/fleetrepair/controller/catalog"
+	"github.com/fleetrepair/fleetrepair/controller/feed"
 	"github.com/fleetrepair/fleetrepair/controller/ledger"
 	"github.com/fleetrepair/fleetrepair/controller/store"
 )
@@ -64,8 +65,17 @@ type Config struct {
 	// duplicate (inserted 0), so nothing is lost or stored twice.
 	IngestTimeout time.Duration
 	// Operators authenticates humans for the mutating routes (approve,
-	// reject). Nil: those routes answer 401.
+	// reject). Nil: those routes answer 401. When set, every read of
+	// /api/v1 needs an operator token (or a login session) of at least the
+	// viewer role (requireViewer).
 	Operators *auth.Operators
+	// Login is set when the dashboard's login (OIDC or the demo's) is
+	// configured: every read of /api/v1 then needs at least a viewer, as
+	// with Operators.
+	Login bool
+	// Feed is the live feed GET /api/v1/events streams (controller/feed;
+	// the caller runs it). Nil: that route answers 503.
+	Feed *feed.Hub
 	// ClusterStates reports each cluster's API server reachability (the
 	// reconciler's Clusters); nil: every cluster is assumed reachable.
 	ClusterStates func() []ClusterState
@@ -84,6 +94,10 @@ type Config struct {
 	// error wrapping store.ErrInvalid is a bad range (400). Nil: the route
 	// answers 501.
 	Shadow func(ctx context.Context, since, until time.Time) (any, error)
+	// ShadowLimits are the report's own cost limits (range, findings,
+	// lookback), shown with it (Service.ShadowLimits); the concurrency
+	// fields are filled from Limits.
+	ShadowLimits ShadowLimits
 	// Limits bounds what one caller can make the controller do (per-source,
 	// per-agent and token verification rates, shadow reports at once,
 	// security_audit rows per minute); zero fields take the defaults.
@@ -189,10 +203,16 @@ func (s *server) routes() http.Handler {
 		// MaxIngestInFlight.
 		r.With(sameOriginJSON).Post("/reports", s.ingest)
 		r = r.With(s.sourceLimit())
-		r.Get("/repairs", s.listRepairs)
-		r.Get("/repairs/{id}", s.getRepair)
+		// Every read below needs a viewer when operators or a login are
+		// configured (requireViewer); the walk of TestEveryReadNeedsViewer
+		// holds the router to it.
 		r.With(sameOriginJSON).Post("/repairs/{id}/approve", s.decide(ledger.Approved))
 		r.With(sameOriginJSON).Post("/repairs/{id}/reject", s.decide(ledger.Rejected))
+		r.With(sameOriginJSON).Post("/breakers/resume", s.breakerAction(false))
+		r.With(sameOriginJSON).Post("/breakers/kill-switch", s.breakerAction(true))
+		r = r.With(s.requireViewer)
+		r.Get("/repairs", s.listRepairs)
+		r.Get("/repairs/{id}", s.getRepair)
 		r.Get("/nodes", s.listNodes)
 		r.Get("/nodes/{cluster}/{node}", s.getNode)
 		r.Get("/fleet", s.getFleet)
@@ -201,9 +221,8 @@ func (s *server) routes() http.Handler {
 		r.Get("/reasons", s.reasons)
 		r.Get("/clusters", s.listClusters)
 		r.Get("/breakers", s.getBreakers)
-		r.With(sameOriginJSON).Post("/breakers/resume", s.breakerAction(false))
-		r.With(sameOriginJSON).Post("/breakers/kill-switch", s.breakerAction(true))
 		r.Get("/shadow", s.shadow)
+		r.Get("/events", s.events)
 	})
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no such route: "+r.Method+" "+r.URL.Path, "see the route list in README.md", nil)

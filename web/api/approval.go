@@ -20,6 +20,25 @@ type DecisionRequest struct {
 	Reason string `json:"reason"`
 }
 
+// readsNeedViewer reports whether reads need at least a viewer: operators
+// or a login are configured (docs/dashboard.md, "Login and roles").
+func (s *server) readsNeedViewer() bool { return s.cfg.Operators != nil || s.cfg.Login }
+
+// requireViewer lets a read through only for a viewer or above (a bearer
+// operator token, or a dashboard login session) when readsNeedViewer;
+// otherwise 401/403, audited like every denial. Without operators and a
+// login, reads stay open (a demo or a test without auth).
+func (s *server) requireViewer(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.readsNeedViewer() {
+			if _, ok := s.operator(w, r, auth.RoleViewer); !ok {
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
 // operator authenticates the caller as a human with at least role want,
 // answering 401/403 (audited) when not.
 func (s *server) operator(w http.ResponseWriter, r *http.Request, want auth.Role) (auth.Operator, bool) {

@@ -123,7 +123,9 @@ func TestBreakerActions(t *testing.T) {
 			t.Errorf("%s: %d %s, want %d", tc.name, status, body, tc.status)
 		}
 	}
-	resp, err := http.Get(srv.URL + "/api/v1/breakers")
+	req, _ := http.NewRequest(http.MethodGet, srv.URL+"/api/v1/breakers", nil)
+	req.Header.Set("Authorization", "Bearer viewer-token") // reads need a viewer once operators are configured
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -450,19 +450,23 @@ func (s *server) audit(ctx context.Context, e store.SecurityEvent) {
 // acquireShadow takes one of the controller's shadow report slots for
 // caller; false (answered 429) when the caller already runs one or every
 // slot is taken. release gives the slot back.
-func (s *server) acquireShadow(w http.ResponseWriter, caller string) (release func(), ok bool) {
+func (s *server) acquireShadow(caller string) (release func(), err error) {
 	if _, busy := s.guards.shadowBy.LoadOrStore(caller, struct{}{}); busy {
-		s.tooMany(w, "shadow", "you already have a shadow report running; wait for it", 10*time.Second)
-		return nil, false
+		return nil, s.busy("shadow", "you already have a shadow report running; wait for it", 10*time.Second)
 	}
 	select {
 	case s.guards.shadow <- struct{}{}:
-		return func() { <-s.guards.shadow; s.guards.shadowBy.Delete(caller) }, true
+		return func() { <-s.guards.shadow; s.guards.shadowBy.Delete(caller) }, nil
 	default:
 		s.guards.shadowBy.Delete(caller)
-		s.tooMany(w, "shadow", fmt.Sprintf("%d shadow reports are running, the most at once; retry later", cap(s.guards.shadow)), 10*time.Second)
-		return nil, false
+		return nil, s.busy("shadow", fmt.Sprintf("%d shadow reports are running, the most at once; retry later", cap(s.guards.shadow)), 10*time.Second)
 	}
+}
+
+// busy is tooMany as a Problem (429 with RetryAfter), for Service methods.
+func (s *server) busy(limit, detail string, wait time.Duration) *Problem {
+	s.guards.limited.WithLabelValues(limit).Inc()
+	return &Problem{Status: http.StatusTooManyRequests, Message: "too many requests", Detail: detail, RetryAfter: wait}
 }
 
 // serves reports whether cluster is served now (Config.Serves, else the

@@ -50,6 +50,16 @@ type Stats struct {
 	// Days are the UTC days of the range, oldest first (YYYY-MM-DD).
 	Days    []string      `json:"days"`
 	Reasons []ReasonStats `json:"reasons"`
+	// BreakerTrips are the breaker trips (decisions into open) per day,
+	// one series per scope: "cohort zone", "cohort instance-type", "fleet",
+	// "kill-switch", ...
+	BreakerTrips []TripStats `json:"breakerTrips"`
+}
+
+// TripStats is one breaker scope's trips: PerDay[i] on Days[i].
+type TripStats struct {
+	Scope  string `json:"scope"`
+	PerDay []int  `json:"perDay"`
 }
 
 // ReasonStats is one reason's repairs in the range: PerDay[i] opened on
@@ -74,7 +84,14 @@ func (sv *Service) Stats(ctx context.Context, days int) (Stats, error) {
 	if err != nil {
 		return Stats{}, err
 	}
-	out := Stats{Reasons: make([]ReasonStats, 0, len(rs))}
+	trips, err := sv.s.cfg.Store.BreakerTripStats(ctx, days, now)
+	if err != nil {
+		return Stats{}, err
+	}
+	out := Stats{Reasons: make([]ReasonStats, 0, len(rs)), BreakerTrips: make([]TripStats, 0, len(trips))}
+	for _, t := range trips {
+		out.BreakerTrips = append(out.BreakerTrips, TripStats{Scope: t.Scope, PerDay: t.PerDay})
+	}
 	first := now.Truncate(24*time.Hour).AddDate(0, 0, -(days - 1))
 	for i := range days {
 		out.Days = append(out.Days, first.AddDate(0, 0, i).Format("2006-01-02"))

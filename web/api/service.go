@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -45,6 +46,9 @@ type Problem struct {
 	Message     string
 	Detail      string
 	Validations []string
+	// RetryAfter, when set, is sent as Retry-After (whole seconds, at
+	// least 1): a 429 or 503 the caller may retry.
+	RetryAfter time.Duration
 }
 
 func (p *Problem) Error() string {
@@ -80,6 +84,9 @@ func StatusOf(err error) int {
 func (s *server) writeErr(w http.ResponseWriter, r *http.Request, err error) {
 	var p *Problem
 	if errors.As(err, &p) {
+		if p.RetryAfter > 0 {
+			w.Header().Set("Retry-After", strconv.Itoa(max(int((p.RetryAfter+time.Second-1)/time.Second), 1)))
+		}
 		writeError(w, p.Status, p.Message, p.Detail, p.Validations)
 		return
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/fleetrepair/fleetrepair/controller/auth"
 	"github.com/fleetrepair/fleetrepair/controller/breaker"
 	"github.com/fleetrepair/fleetrepair/controller/catalog"
+	"github.com/fleetrepair/fleetrepair/controller/feed"
 	"github.com/fleetrepair/fleetrepair/controller/ledger"
 	"github.com/fleetrepair/fleetrepair/controller/store"
 	"github.com/fleetrepair/fleetrepair/test/pgtest"
@@ -81,7 +82,15 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	svc, err := api.New(api.Config{Store: st, Catalog: catalog.Default(), Clusters: []string{"c1"}, Log: log,
+	hub, err := feed.New(feed.Config{Source: st, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hctx, stop := context.WithCancel(ctx)
+	hubDone := make(chan struct{})
+	go func() { defer close(hubDone); _ = hub.Run(hctx) }()
+	t.Cleanup(func() { stop(); <-hubDone })
+	svc, err := api.New(api.Config{Store: st, Catalog: catalog.Default(), Clusters: []string{"c1"}, Log: log, Feed: hub, Login: true,
 		OnIngest: func(c, n string) { e.triggs = append(e.triggs, c+"/"+n) }})
 	if err != nil {
 		t.Fatal(err)

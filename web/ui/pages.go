@@ -9,10 +9,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/go-chi/chi/v5"
 
 	"github.com/fleetrepair/fleetrepair/controller/ledger"
+	"github.com/fleetrepair/fleetrepair/controller/shadow"
 	"github.com/fleetrepair/fleetrepair/web/api"
 )
 
@@ -160,7 +162,8 @@ func (d *dashboard) repair(w http.ResponseWriter, r *http.Request) {
 	}
 	data := repairStory(rd, d.cfg.API.Catalog())
 	self := fmt.Sprintf("/repairs/%d", id)
-	d.render(w, r, http.StatusOK, "repair", data, d.live(fmt.Sprintf("Repair %d", id), self, "/api/v1"+self))
+	d.render(w, r, http.StatusOK, "repair", data, d.live(fmt.Sprintf("Repair %d", id), self, "/api/v1"+self),
+		about(id, rd.Repair.Cluster, rd.Repair.Node))
 }
 
 func (d *dashboard) node(w http.ResponseWriter, r *http.Request) {
@@ -171,7 +174,7 @@ func (d *dashboard) node(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	self := "/nodes/" + url.PathEscape(c) + "/" + url.PathEscape(n)
-	d.render(w, r, http.StatusOK, "node", nodeStory(nd), d.live("Node "+n, self, "/api/v1"+self))
+	d.render(w, r, http.StatusOK, "node", nodeStory(nd), d.live("Node "+n, self, "/api/v1"+self), about(0, c, n))
 }
 
 func (d *dashboard) breakers(w http.ResponseWriter, r *http.Request) {
@@ -242,6 +245,67 @@ func (d *dashboard) history(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d.render(w, r, http.StatusOK, "history", historyData{Stats: st, JSON: template.JS(b)}, func(p *page) {
-		p.Title, p.JSON = "History", "/api/v1/stats?days=30"
+		p.Title, p.JSON = "Charts", "/api/v1/stats?days=30"
+	})
+}
+
+// shadowData is the shadow page: the report's cost limits, the range asked
+// for (as typed: a duration before now or an RFC 3339 time), and the report
+// (GET /api/v1/shadow's value) or why there is none.
+type shadowData struct {
+	Limits       api.ShadowLimits
+	Since, Until string
+	From, To     time.Time
+	Report       *shadow.Report
+	Error        string
+	Asked        bool
+}
+
+// shadowPage is the report an SRE reads before turning repair on:
+// Service.Shadow, the code path of GET /api/v1/shadow, for the range of
+// the form (default: the last week, computed only when asked).
+func (d *dashboard) shadowPage(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	data := shadowData{Limits: d.cfg.API.ShadowLimits(), Since: strings.TrimSpace(q.Get("since")), Until: strings.TrimSpace(q.Get("until"))}
+	opts := func(p *page) { p.Title, p.JSON = "Shadow report", "/api/v1/shadow" }
+	if data.Since == "" {
+		data.Since = "168h"
+		d.render(w, r, http.StatusOK, "shadow", data, opts)
+		return
+	}
+	data.Asked = true
+	now := d.cfg.Now().UTC()
+	status := http.StatusOK
+	from, err := shadow.RangeTime(data.Since, now)
+	to := now
+	if err == nil && data.Until != "" {
+		to, err = shadow.RangeTime(data.Until, now)
+	}
+	if err != nil {
+		data.Error, status = err.Error(), http.StatusBadRequest
+		d.render(w, r, status, "shadow", data, opts)
+		return
+	}
+	data.From, data.To = from.UTC(), to.UTC()
+	rep, err := d.cfg.API.Shadow(r.Context(), d.caller(r), from, to)
+	if err != nil {
+		status = api.StatusOf(err)
+		if status == http.StatusInternalServerError {
+			d.failErr(w, r, err)
+			return
+		}
+		data.Error = err.Error()
+		d.render(w, r, status, "shadow", data, opts)
+		return
+	}
+	sr, ok := rep.(*shadow.Report)
+	if !ok {
+		d.fail(w, r, http.StatusInternalServerError, "unexpected shadow report", fmt.Sprintf("%T", rep))
+		return
+	}
+	data.Report = sr
+	d.render(w, r, http.StatusOK, "shadow", data, func(p *page) {
+		opts(p)
+		p.JSON = "/api/v1/shadow?" + url.Values{"since": {from.UTC().Format(time.RFC3339)}, "until": {to.UTC().Format(time.RFC3339)}}.Encode()
 	})
 }

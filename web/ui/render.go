@@ -7,11 +7,13 @@ import (
 	"io/fs"
 	"net/http"
 	"path"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/fleetrepair/fleetrepair/controller/auth"
 	"github.com/fleetrepair/fleetrepair/controller/breaker"
+	"github.com/fleetrepair/fleetrepair/controller/shadow"
 	"github.com/fleetrepair/fleetrepair/web/api"
 )
 
@@ -26,10 +28,18 @@ type page struct {
 	Flash    string
 	// Self is the page's URL, polled for live updates; JSON its twin under /api/v1.
 	Self, JSON string
-	// RefreshMS is the polling period in milliseconds (0: no polling).
+	// RefreshMS is the period in milliseconds of the page's re-read for
+	// what time alone changes (agent silence, expiries; 0: none).
 	RefreshMS int64
-	Now       time.Time
-	Data      any
+	// Events is the live stream the page follows (GET /api/v1/events
+	// after the feed's position at render; "" without a feed): a relevant
+	// event re-reads the page (static/app.js). LiveRepair, LiveCluster and
+	// LiveNode narrow what is relevant to one repair or node.
+	Events                string
+	LiveRepair            int64
+	LiveCluster, LiveNode string
+	Now                   time.Time
+	Data                  any
 }
 
 // Can reports whether the logged-in human has at least role.
@@ -67,6 +77,9 @@ func (d *dashboard) funcs() template.FuncMap {
 			return *t
 		},
 		"explain": api.ExplainBreaker,
+		"explainTrip": func(tr shadow.Trip) string {
+			return api.ExplainBreaker(breaker.Breaker{Scope: breaker.Scope(tr.Scope), Cohort: tr.Cohort, Evidence: tr.Evidence})
+		},
 		"sum": func(xs []int) int {
 			n := 0
 			for _, x := range xs {
@@ -149,9 +162,19 @@ func (d *dashboard) render(w http.ResponseWriter, r *http.Request, status int, n
 	_, _ = w.Write(buf.Bytes())
 }
 
-// live makes a page poll itself every Refresh and names its JSON twin.
+// live makes a page follow the live stream (a relevant event re-reads it
+// within a second), re-read itself every Refresh for what time alone
+// changes, and names its JSON twin.
 func (d *dashboard) live(title, self, json string) func(*page) {
 	return func(p *page) {
 		p.Title, p.Self, p.JSON, p.RefreshMS = title, self, json, d.cfg.Refresh.Milliseconds()
+		if pos, ok := d.cfg.API.LivePosition(); ok {
+			p.Events = "/api/v1/events?after=" + strconv.FormatInt(pos, 10)
+		}
 	}
+}
+
+// about narrows a live page to the events of one repair or node.
+func about(repair int64, cluster, node string) func(*page) {
+	return func(p *page) { p.LiveRepair, p.LiveCluster, p.LiveNode = repair, cluster, node }
 }

@@ -49,7 +49,10 @@ type Config struct {
 	// password: only `fleetrepair-demo` sets it, and every page then says
 	// so in a banner.
 	DevLogin bool
-	// Refresh is how often open pages poll for changes (default 2s).
+	// Refresh is how often open pages re-read themselves for what time
+	// alone changes (agent silence, approval expiry, "ago"; default 30s).
+	// Every stored change reaches them sooner, through the live stream
+	// (GET /api/v1/events).
 	Refresh time.Duration
 	Now     func() time.Time
 	Log     *slog.Logger
@@ -73,7 +76,7 @@ func Handler(cfg Config) (http.Handler, error) {
 		cfg.Log = slog.Default()
 	}
 	if cfg.Refresh <= 0 {
-		cfg.Refresh = 2 * time.Second
+		cfg.Refresh = 30 * time.Second
 	}
 	d := &dashboard{cfg: cfg, pages: map[string]*template.Template{}}
 	if err := d.parse(); err != nil {
@@ -104,6 +107,7 @@ func Handler(cfg Config) (http.Handler, error) {
 		r.Post("/breakers/kill-switch", d.killSwitch)
 		r.Get("/reasons", d.reasons)
 		r.Get("/history", d.history)
+		r.Get("/shadow", d.shadowPage)
 	})
 	r.NotFound(cfg.APIHandler.ServeHTTP)
 	r.MethodNotAllowed(cfg.APIHandler.ServeHTTP)

@@ -7,7 +7,8 @@ TestAlertRules checks them with promtool check rules and test rules. */}}
 {{- $ns := printf "namespace=%q" .Release.Namespace -}}
 {{- $r := .Values.prometheusRule -}}
 {{- $url := trimSuffix "/" $r.runbookBaseURL -}}
-{{- $budget := default .Values.controller.budgets.deletionsPerHour $r.maxDeletionsPerHour -}}
+{{- $configured := dig "budgets" "deletionsPerHour" .Values.controller.budgets.deletionsPerHour (default dict .Values.controller.config) -}}
+{{- $budget := default $configured $r.maxDeletionsPerHour -}}
 groups:
   {{- if .Values.controller.enabled }}
   - name: fleetrepair-controller

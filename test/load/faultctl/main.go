@@ -27,6 +27,7 @@ import (
 
 	"github.com/fleetrepair/fleetrepair/cmd/runner"
 	"github.com/fleetrepair/fleetrepair/controller/auth"
+	"github.com/fleetrepair/fleetrepair/controller/config"
 	"github.com/fleetrepair/fleetrepair/controller/kube"
 	"github.com/fleetrepair/fleetrepair/controller/repair"
 )
@@ -43,6 +44,7 @@ func run() error {
 		o                              runner.Options
 		cluster, kubeconfig, agentAuth string
 		token, crashAt                 string
+		cfg                            = config.Default()
 	)
 	flag.StringVar(&o.DatabaseURL, "database-url", "", "PostgreSQL connection string")
 	flag.StringVar(&o.Listen, "listen", "127.0.0.1:0", "HTTP listen address")
@@ -50,8 +52,8 @@ func run() error {
 	flag.StringVar(&kubeconfig, "cluster-kubeconfig", "", "the cluster's kubeconfig (controller-runtime registers --kubeconfig)")
 	flag.StringVar(&agentAuth, "agent-auth", "tokenreview", "tokenreview or static")
 	flag.StringVar(&token, "agent-token", "", "the token of --agent-auth=static")
-	flag.DurationVar(&o.Toleration, "toleration", 2*time.Second, "toleration of every reason")
-	flag.DurationVar(&o.Resync, "resync", time.Second, "period of the pass over open repairs")
+	flag.DurationVar(&cfg.Repair.Toleration, "toleration", 2*time.Second, "toleration of every reason")
+	flag.DurationVar(&cfg.Repair.Resync, "resync", time.Second, "period of the pass over open repairs")
 	flag.StringVar(&crashAt, "crash-at", "", "SIGKILL this process the first time a repair passes this point (repair.CrashPoints)")
 	flag.Parse()
 	if o.DatabaseURL == "" || cluster == "" || kubeconfig == "" {
@@ -61,15 +63,15 @@ func run() error {
 		return fmt.Errorf("--crash-at %q: want one of %v", crashAt, repair.CrashPoints)
 	}
 	o.Log = slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	kcfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		return fmt.Errorf("load kubeconfig: %w", err)
 	}
-	k, err := kube.NewCached(cluster, cfg, kube.CachedOptions{})
+	k, err := kube.NewCached(cluster, kcfg, kube.CachedOptions{})
 	if err != nil {
 		return err
 	}
-	rcfg := rest.CopyConfig(cfg)
+	rcfg := rest.CopyConfig(kcfg)
 	rcfg.QPS, rcfg.Burst = 100, 200 // as cmd/fleetrepair's TokenReview client
 	cs, err := kubernetes.NewForConfig(rcfg)
 	if err != nil {
@@ -85,7 +87,8 @@ func run() error {
 		return fmt.Errorf("--agent-auth %q: want tokenreview or static", agentAuth)
 	}
 	// The suite repairs one node after another: no budget may hold one.
-	o.Budgets = &runner.Budgets{DeletionsPerHour: 1000, NodePoolDeletionsPerHour: 1000, MaxInFlightPerNodePool: 100}
+	cfg.Budgets.DeletionsPerHour, cfg.Budgets.NodePoolDeletionsPerHour, cfg.Budgets.MaxInFlightPerNodePool = 1000, 1000, 100
+	o.Config = &cfg
 	if crashAt != "" {
 		o.Crash = func(point string) bool {
 			if point != crashAt {
