@@ -22,7 +22,7 @@ screenshots:
 	@./$(BIN)/fleetrepair-demo --listen $(SHOTS_ADDR) >/tmp/fleetrepair-screenshots-demo.log 2>&1 & pid=$$!; \
 	  ./$(BIN)/screenshots -url http://$(SHOTS_ADDR) -out docs/screenshots; rc=$$?; kill -INT $$pid; wait $$pid; exit $$rc
 
-## test: every test, on a real PostgreSQL (DATABASE_URL, or a throwaway local cluster)
+## test: every test, on a real PostgreSQL (DATABASE_URL, a testcontainers-go container, or a throwaway local cluster)
 test: kube-tools
 	$(GO) test -count=1 -timeout 20m $(PKGS)
 
@@ -30,13 +30,14 @@ test: kube-tools
 test-race:
 	$(GO) test -race -count=1 ./agent/... ./controller/...
 
-## generate: Go constants and docs/reasons.md from controller/catalog/reasons.yaml
+## generate: Go constants and docs/reasons.md from controller/catalog/reasons.yaml; the API's Go
+## client (web/apiclient/oapi/client.gen.go) from web/api/openapi.yaml with oapi-codegen (go.mod's tool)
 generate:
-	$(GO) generate ./controller/catalog
+	$(GO) generate ./controller/catalog ./web/apiclient/oapi
 
 ## verify: formatting, vet, and generated files up to date (the agent's import rule is a test: test/importrule)
 verify: fmt vet
-	@$(GO) test -count=1 -run 'TestGeneratedFilesUpToDate' ./controller/catalog >/dev/null || { echo "generated files drifted: run make generate"; exit 1; }
+	@$(GO) test -count=1 -run 'TestGeneratedFilesUpToDate' ./controller/catalog ./web/apiclient/oapi >/dev/null || { echo "generated files drifted: run make generate"; exit 1; }
 
 fmt:
 	@out="$$(gofmt -l . )"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -60,6 +60,14 @@ type Replay struct {
 	Interval time.Duration // pause between records; 0 sends as fast as read
 	// Open replaces os.Open (tests, embedded fixtures).
 	Open func(path string) (io.ReadCloser, error)
+	// Clock, when set, stamps each record that carries no wall-clock time
+	// of its own (a /dev/kmsg or dmesg file: a time since boot only) with
+	// the time it is replayed, as the live kmsg Reader places a record just
+	// written at boot time + its time since boot. A replay that stands for
+	// faults happening now (the demo) so gives findings real times: the
+	// node timeline, the toleration clock and the shadow report read them.
+	// Nil: such records stay untimed.
+	Clock func() time.Time
 }
 
 // Run implements Source.
@@ -82,6 +90,9 @@ func (r Replay) Run(ctx context.Context, out chan<- kmsg.Record) error {
 		rec, ok := p.Next()
 		if !ok {
 			break
+		}
+		if rec.Time.IsZero() && r.Clock != nil {
+			rec.Time = r.Clock().UTC()
 		}
 		select {
 		case out <- rec:

@@ -13,6 +13,7 @@ import (
 
 	"github.com/fleetrepair/fleetrepair/agent/detect"
 	"github.com/fleetrepair/fleetrepair/agent/finding"
+	"github.com/fleetrepair/fleetrepair/agent/kmsg"
 	"github.com/fleetrepair/fleetrepair/agent/source"
 	"github.com/fleetrepair/fleetrepair/agent/uplink"
 )
@@ -104,5 +105,40 @@ func TestMonitorsReachTheController(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("Run: %v", err)
+	}
+}
+
+// TestReplayClock: a replayed /dev/kmsg file carries no wall-clock time; with
+// a Clock each record gets the time it is replayed, records that carry their
+// own time keep it, and without a Clock they stay untimed.
+func TestReplayClock(t *testing.T) {
+	t.Parallel()
+	in := "4,10,7510129324,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.\n" +
+		"Feb  2 20:48:01 node-a1 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.\n"
+	at := time.Date(2026, 2, 2, 21, 0, 0, 0, time.UTC)
+	read := func(clock func() time.Time) []kmsg.Record {
+		out := make(chan kmsg.Record, 8)
+		err := Replay{Path: "x", Clock: clock, Open: func(string) (io.ReadCloser, error) {
+			return io.NopCloser(strings.NewReader(in)), nil
+		}}.Run(context.Background(), out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		close(out)
+		var recs []kmsg.Record
+		for r := range out {
+			recs = append(recs, r)
+		}
+		if len(recs) != 2 {
+			t.Fatalf("%d records, want 2", len(recs))
+		}
+		return recs
+	}
+	recs := read(func() time.Time { return at })
+	if !recs[0].Time.Equal(at) || recs[1].Time.Month() != time.February || recs[1].Time.Hour() != 20 {
+		t.Errorf("with a clock: %s, %s", recs[0].Time, recs[1].Time)
+	}
+	if recs := read(nil); !recs[0].Time.IsZero() {
+		t.Errorf("without a clock the /dev/kmsg record got time %s", recs[0].Time)
 	}
 }

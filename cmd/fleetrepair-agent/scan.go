@@ -53,6 +53,13 @@ its beginning; name it with --format where detection guesses wrong.
 Kubernetes objects (Node, NodeClaim, events) are read by the controller, not
 here.
 
+Times: dmesg and /dev/kmsg records carry only a time since boot. They are
+placed in wall-clock time with --boot-time, else with a boot time the input
+holds (a "btime" line of /proc/stat, an "uptime -s" or "who -b" line saved
+with the log, or a syslog/journal line that carries both times); without one
+their findings stay untimed (no "time" field), and standard error says how
+many.
+
 Each FILE is scanned on its own. By default the kernel findings of a file are
 aggregated: the same fact on the same device becomes one finding with a count
 (see detect.Aggregate); --events prints every kernel event as the live agent
@@ -147,16 +154,29 @@ func (o scanOptions) run(ctx context.Context, args []string, s streams) error {
 			}
 		}
 		if k := res.Kernel; k != nil {
-			fmt.Fprintf(s.err, "scan %s: kernel log (%s), %d lines, %d records, %d unparsed lines (examined as raw text), %d findings (%d events)\n",
-				in.name, res.Format, k.Text.Lines, k.Text.Records, k.Text.Unparsed, len(res.Findings), sum(k.Detect.Findings))
+			fmt.Fprintf(s.err, "scan %s: kernel log (%s), %d lines, %d records, %d unparsed lines (examined as raw text), %d findings (%d events)%s\n",
+				in.name, res.Format, k.Text.Lines, k.Text.Records, k.Text.Unparsed, len(res.Findings), sum(k.Detect.Findings), timing(res))
 		} else {
-			fmt.Fprintf(s.err, "scan %s: %s, %d lines, %d findings\n", in.name, res.Format, res.Lines, len(res.Findings))
+			fmt.Fprintf(s.err, "scan %s: %s, %d lines, %d findings%s\n", in.name, res.Format, res.Lines, len(res.Findings), timing(res))
 		}
 	}
 	if err := w.Flush(); err != nil {
 		return fmt.Errorf("scan: write findings: %w", err)
 	}
 	return nil
+}
+
+// timing says how the findings of one input were placed in time: the boot
+// time used and its source, and how many findings stayed untimed.
+func timing(res textformat.Result) string {
+	out := ""
+	if !res.BootTime.IsZero() {
+		out = fmt.Sprintf(", boot time %s (from %s)", res.BootTime.Format(time.RFC3339), res.BootTimeSource)
+	}
+	if res.Untimed > 0 {
+		out += fmt.Sprintf(", %d untimed findings (no time in the input: give --boot-time, or save btime / uptime -s with the log)", res.Untimed)
+	}
+	return out
 }
 
 func sum(m map[string]uint64) uint64 {

@@ -2,13 +2,11 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"io/fs"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"sort"
 	"strings"
@@ -24,6 +22,7 @@ import (
 	"github.com/fleetrepair/fleetrepair/agent/finding"
 	"github.com/fleetrepair/fleetrepair/agent/kmsg"
 	"github.com/fleetrepair/fleetrepair/agent/pipeline"
+	"github.com/fleetrepair/fleetrepair/agent/source"
 	"github.com/fleetrepair/fleetrepair/agent/uplink"
 	"github.com/fleetrepair/fleetrepair/cmd/runner"
 	"github.com/fleetrepair/fleetrepair/controller/auth"
@@ -226,6 +225,7 @@ func runDemo(ctx context.Context, o demoOptions, out io.Writer) error {
 		amu.Unlock()
 		goRun("agent "+n.name, func() error { return runDemoAgent(actx, ctrl.URL, n, log, p) })
 	}
+	started := time.Now().UTC().Truncate(time.Second)
 	for _, n := range demoNodes {
 		startAgent(n)
 	}
@@ -255,7 +255,7 @@ func runDemo(ctx context.Context, o demoOptions, out io.Writer) error {
 
 	var result error
 	if o.exitAfter {
-		result = checkScenarios(ctx, ctrl, sim, o.timeout, p)
+		result = checkScenarios(ctx, ctrl, sim, started, o.timeout, p)
 		cancel()
 	} else {
 		select {
@@ -300,6 +300,26 @@ func (s delayed) Run(ctx context.Context, out chan<- kmsg.Record) error {
 	return s.src.Run(ctx, out)
 }
 
+// driverVersion is the demo's stand-in for what a real agent reads before any
+// fault (NVML, /proc/driver/nvidia/version): the node's driver version, in
+// its first heartbeat. Without it only the nodes whose replayed kernel log
+// prints the driver's load banner would name a driver cohort, and that
+// cohort would hold exactly the failing nodes. Versions per NodePool are the
+// ones the replayed logs print (c02: 570.158.01, c10: 595.71.05).
+type driverVersion string
+
+func (driverVersion) Name() string { return "nvidia-driver" }
+
+func (d driverVersion) Run(ctx context.Context, emit func(source.Result)) error {
+	v := "595.71.05"
+	if strings.HasPrefix(string(d), "gpu-h100-") {
+		v = "570.158.01"
+	}
+	emit(source.Result{State: finding.StateOK, DriverVersion: v})
+	<-ctx.Done()
+	return nil
+}
+
 // quiet is a Source with no kernel messages: the agent only heartbeats.
 type quiet struct{}
 
@@ -314,7 +334,7 @@ func runDemoAgent(ctx context.Context, url string, n demoNode, log *slog.Logger,
 	}
 	var src pipeline.Source = quiet{}
 	if n.fixture != "" {
-		src = delayed{d: n.delay, src: pipeline.Replay{Path: n.fixture, Interval: 300 * time.Millisecond,
+		src = delayed{d: n.delay, src: pipeline.Replay{Path: n.fixture, Interval: 300 * time.Millisecond, Clock: time.Now,
 			Open: func(path string) (io.ReadCloser, error) {
 				sub, err := fs.Sub(fixtures.Cases, "cases")
 				if err != nil {
@@ -323,7 +343,7 @@ func runDemoAgent(ctx context.Context, url string, n demoNode, log *slog.Logger,
 				return sub.Open(path)
 			}}}
 	}
-	return pipeline.Run(ctx, pipeline.Config{Source: src, Uplink: up, Log: log,
+	return pipeline.Run(ctx, pipeline.Config{Source: src, Uplink: up, Log: log, Pushers: []source.Pusher{driverVersion(n.name)},
 		Detector: detect.Options{Node: n.name, BootID: boot},
 		OnFinding: func(f finding.Finding) {
 			what := f.Detector
@@ -420,7 +440,7 @@ func zoneHeld(ctx context.Context, st *store.Store) int {
 // breaker once every zone repair is held), waits until every outcome holds
 // or the timeout passes, prints a summary, and returns an error listing
 // what is wrong.
-func checkScenarios(ctx context.Context, ctrl *runner.Controller, sim *karpentersim.Sim, timeout time.Duration, p func(string, ...any)) error {
+func checkScenarios(ctx context.Context, ctrl *runner.Controller, sim *karpentersim.Sim, started time.Time, timeout time.Duration, p func(string, ...any)) error {
 	st := ctrl.Store
 	deadline := time.Now().Add(timeout)
 	var problems []string
@@ -431,9 +451,11 @@ func checkScenarios(ctx context.Context, ctrl *runner.Controller, sim *karpenter
 				p("FAIL: %d zone-outage nodes replaced before the on-call decided", early)
 			}
 			p("on-call: all 7 zone repairs are held by the breaker; resuming it (the AZ is healthy again)")
-			body := []byte(`{"cohort":"zone=` + zoneOutage + `","reason":"demo: AZ recovered, replace the broken nodes"}`)
-			var out json.RawMessage
-			if err := apiclient.Call(ctx, http.MethodPost, ctrl.URL+"/api/v1/breakers/resume", demoOperatorToken, body, &out); err != nil {
+			c, err := apiclient.New(ctrl.URL, apiclient.Options{Token: demoOperatorToken})
+			if err != nil {
+				return fmt.Errorf("demo on-call: %w", err)
+			}
+			if _, err := c.Resume(ctx, "zone="+zoneOutage, "demo: AZ recovered, replace the broken nodes"); err != nil {
 				return fmt.Errorf("demo on-call: resume breaker: %w", err)
 			}
 			resumedAt = time.Now()
@@ -452,6 +474,9 @@ func checkScenarios(ctx context.Context, ctrl *runner.Controller, sim *karpenter
 		time.Sleep(2 * time.Second)
 		problems = demoProblems(ctx, st, sim, resumedAt)
 	}
+	if len(problems) == 0 {
+		problems = shadowProblems(ctx, ctrl, started)
+	}
 	p("---- scenario summary ----")
 	checks := []string{
 		"gpu-a100-1 (GPU lost): one repair, quarantined, NodeClaim deleted once after the toleration, node replaced",
@@ -459,6 +484,7 @@ func checkScenarios(ctx context.Context, ctrl *runner.Controller, sim *karpenter
 		"gpu-a100-2 (app-class Xids): Events only, no repair, no NodeClaim deletion",
 		"gpu-a100-3, gpu-a100-4 (quiet): untouched",
 		"zone outage (7 of 8 nodes in " + zoneOutage + "): the zone breaker tripped with its evidence, no replacement before on-call resumed it, then all 7 replaced (paced), no other node touched",
+		"shadow report over the demo: its findings carry their times and it trips the same cohort breakers as the live controller did",
 	}
 	if len(problems) == 0 {
 		for _, c := range checks {
@@ -566,6 +592,69 @@ func demoProblems(ctx context.Context, st *store.Store, sim *karpentersim.Sim, r
 			out = append(out, "gpu-a100-2 has no Event recorded yet")
 		}
 	}
+	return out
+}
+
+// shadowProblems compares the shadow report over the demo's run (GET
+// /api/v1/shadow from the agents' start to now) with the live breakers:
+// both replay the same stored findings through the same decision code, so
+// they must trip the same cohorts. They can only agree when the replayed
+// findings carry the times they happened at (pipeline.Replay's Clock): an
+// untimed finding is placed at an estimate of its receipt, and the zone's
+// seven failures then fall into other breaker windows.
+func shadowProblems(ctx context.Context, ctrl *runner.Controller, started time.Time) []string {
+	c, err := apiclient.New(ctrl.URL, apiclient.Options{Token: demoOperatorToken})
+	if err != nil {
+		return []string{"shadow report: " + err.Error()}
+	}
+	rep, err := c.Shadow(ctx, started, time.Time{})
+	if err != nil {
+		return []string{"shadow report: " + err.Error()}
+	}
+	ds, err := ctrl.Store.BreakerDecisions(ctx, 100)
+	if err != nil {
+		return []string{"breaker decisions: " + err.Error()}
+	}
+	return compareTrips(rep.Findings, rep.UntimedFindings, func(yield func(string) bool) {
+		for _, t := range rep.Trips {
+			if !yield(t.Cohort) {
+				return
+			}
+		}
+	}, ds)
+}
+
+// compareTrips lists what differs between the cohorts the shadow report
+// tripped and those the live breakers tripped (decisions with cause
+// "tripped"), and untimed replayed findings.
+func compareTrips(findings, untimed int, shadow func(func(string) bool), live []store.BreakerDecision) []string {
+	var out []string
+	if findings == 0 {
+		out = append(out, "shadow report: no findings replayed")
+	}
+	if untimed > 0 {
+		out = append(out, fmt.Sprintf("shadow report: %d of %d replayed findings carry no time", untimed, findings))
+	}
+	want, got := map[string]bool{}, map[string]bool{}
+	for _, d := range live {
+		if d.Cause == "tripped" {
+			want[d.Cohort] = true
+		}
+	}
+	for c := range shadow {
+		got[c] = true
+	}
+	for c := range want {
+		if !got[c] {
+			out = append(out, "the live breaker tripped "+c+", the shadow report did not")
+		}
+	}
+	for c := range got {
+		if !want[c] {
+			out = append(out, "the shadow report tripped "+c+", the live breaker did not")
+		}
+	}
+	sort.Strings(out)
 	return out
 }
 

@@ -3,12 +3,19 @@
 //	controller   run the controller (ingest, diagnosis, repair, API)
 //	migrate      apply or roll back the database migrations
 //	diagnose     print the diagnoses the rules reach for findings (JSON lines)
-//	repairs      list and show repair history through the API
-//	approve      approve a repair awaiting approval (operator token)
-//	reject       reject a repair awaiting approval (operator token)
-//	breakers     list breakers; resume one, or the kill switch (admin token)
+//	repairs      list and show repairs; how to approve a held one (API)
+//	approve      approve a repair awaiting approval (approver token)
+//	reject       reject a repair awaiting approval (approver token)
+//	breakers     list breakers with their evidence; resume one, or the kill switch (admin token)
+//	nodes        list nodes with their health; show one (API)
 //	simulate     replay fleet scenarios through the real policy and two baselines
 //	shadow       what the current policy would have done with the stored findings (API)
+//	report-job   send a job's NCCL network failures (Slurm epilog, Kubeflow hook, CI; reporter token)
+//
+// The client commands reach the controller through web/apiclient (generated
+// from web/api/openapi.yaml) at the server of a context of
+// ~/.config/fleetrepair/config.yaml, or through a kubeconfig context's API
+// server (connect.go; docs/cli.md).
 //
 // main only wires the process: signals, streams and the exit code.
 package main
@@ -47,7 +54,7 @@ func run(ctx context.Context, args []string, in io.Reader, out, errOut io.Writer
 	root.SetIn(in)
 	root.SetOut(out)
 	root.SetErr(errOut)
-	root.AddCommand(newControllerCmd(), newMigrateCmd(), newDiagnoseCmd(), newRepairsCmd(), newDecisionCmd("approve"), newDecisionCmd("reject"), newBreakersCmd(), newSimulateCmd(), newShadowCmd())
+	root.AddCommand(newControllerCmd(), newMigrateCmd(), newDiagnoseCmd(), newRepairsCmd(), newDecisionCmd("approve"), newDecisionCmd("reject"), newBreakersCmd(), newNodesCmd(), newSimulateCmd(), newShadowCmd(), newReportJobCmd())
 	return root.ExecuteContext(ctx)
 }
 
@@ -91,13 +98,4 @@ func envName(name string, env map[string]string) string {
 		return key
 	}
 	return "FLEETREPAIR_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
-}
-
-// serverDefault is the controller URL the client commands use: env
-// FLEETREPAIR_SERVER when it is set and not empty, else the local default.
-func serverDefault() string {
-	if v := strings.TrimSpace(os.Getenv("FLEETREPAIR_SERVER")); v != "" {
-		return v
-	}
-	return "http://127.0.0.1:8080"
 }

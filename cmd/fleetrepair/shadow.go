@@ -2,25 +2,20 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
-	"net/url"
 	"sort"
-	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/fleetrepair/fleetrepair/controller/shadow"
-	"github.com/fleetrepair/fleetrepair/web/api"
 )
 
 func newShadowCmd() *cobra.Command {
-	var server, output, since, until, token string
+	var since, until string
 	var timeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "shadow --since 168h [--until RFC3339]",
@@ -28,46 +23,47 @@ func newShadowCmd() *cobra.Command {
 		Long: `shadow asks the controller (GET /api/v1/shadow) to replay the findings stored for
 [since, until) through the current diagnosis rules, policy file, cohort breakers,
 approval rules and deletion budgets, as if repair had been on, and prints what it
-would have done. docs/shadow.md describes the model and its limits.
+would have done. docs/shadow.md describes the model and its limits. It needs an
+operator token of the viewer role or above.
 
 --since and --until take an RFC 3339 time or a duration before now (168h, 7d).`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if output != "table" && output != "json" {
-				return fmt.Errorf("--output %q: want table or json", output)
+	}
+	conn := addConnectionFlags(cmd)
+	output := addOutputFlag(cmd, outTable, outJSON, outYAML)
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		now := time.Now()
+		if since == "" {
+			return errors.New("--since is required (e.g. --since 168h)")
+		}
+		from, err := rangeTime(since, now)
+		if err != nil {
+			return fmt.Errorf("--since: %w", err)
+		}
+		var to time.Time
+		if until != "" {
+			if to, err = rangeTime(until, now); err != nil {
+				return fmt.Errorf("--until: %w", err)
 			}
-			now := time.Now()
-			if since == "" {
-				return errors.New("--since is required (e.g. --since 168h)")
-			}
-			from, err := rangeTime(since, now)
-			if err != nil {
-				return fmt.Errorf("--since: %w", err)
-			}
-			q := url.Values{"since": {from.UTC().Format(time.RFC3339)}}
-			if until != "" {
-				to, err := rangeTime(until, now)
-				if err != nil {
-					return fmt.Errorf("--until: %w", err)
-				}
-				q.Set("until", to.UTC().Format(time.RFC3339))
-			}
-			var rep shadow.Report
-			if err := getWithin(cmd.Context(), server+"/api/v1/shadow?"+q.Encode(), token, timeout, &rep); err != nil {
-				return err
-			}
-			if output == "json" {
-				return writeIndented(cmd.OutOrStdout(), rep)
-			}
-			return writeShadowTable(cmd.OutOrStdout(), &rep)
-		},
+		}
+		c, t, err := conn.client()
+		if err != nil {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+		defer cancel()
+		rep, err := c.Shadow(ctx, from.UTC().Truncate(time.Second), to.UTC().Truncate(time.Second))
+		if err != nil {
+			return reachErr(t, err)
+		}
+		if *output != outTable {
+			return printData(cmd.OutOrStdout(), *output, rep)
+		}
+		return writeShadowTable(cmd.OutOrStdout(), &rep)
 	}
 	f := cmd.Flags()
 	f.StringVar(&since, "since", "", "start of the range: RFC 3339, or a duration before now (168h, 7d); required")
 	f.StringVar(&until, "until", "", "end of the range: RFC 3339, or a duration before now (default: now)")
-	f.StringVar(&server, "server", serverDefault(), "controller base URL (env FLEETREPAIR_SERVER)")
-	f.StringVarP(&output, "output", "o", "table", "output format: table or json")
-	f.StringVar(&token, "token", envOr("FLEETREPAIR_TOKEN", ""), "your operator token, role viewer or above (env FLEETREPAIR_TOKEN)")
 	f.DurationVar(&timeout, "timeout", 5*time.Minute, "how long to wait for the report (a week of a large fleet takes a while)")
 	return cmd
 }
@@ -75,44 +71,6 @@ would have done. docs/shadow.md describes the model and its limits.
 // rangeTime reads an RFC 3339 time, or a duration before now
 // (shadow.RangeTime: the dashboard's shadow page reads bounds the same way).
 func rangeTime(s string, now time.Time) (time.Time, error) { return shadow.RangeTime(s, now) }
-
-// getWithin is getJSON with a caller's timeout: the report replays the
-// whole range before it answers.
-func getWithin(ctx context.Context, u, token string, timeout time.Duration, v any) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return fmt.Errorf("build request: %w", err)
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return fmt.Errorf("get %s: %w", u, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 256<<20))
-	if err != nil {
-		return fmt.Errorf("read %s: %w", u, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		var e api.ErrorBody
-		if json.Unmarshal(body, &e) == nil && e.Message != "" {
-			parts := []string{e.Message}
-			if e.Detail != "" {
-				parts = append(parts, e.Detail)
-			}
-			return fmt.Errorf("get %s: %s: %s", u, resp.Status, strings.Join(append(parts, e.Validations...), "; "))
-		}
-		return fmt.Errorf("get %s: %s", u, resp.Status)
-	}
-	if err := json.Unmarshal(body, v); err != nil {
-		return fmt.Errorf("decode %s: %w", u, err)
-	}
-	return nil
-}
 
 func writeShadowTable(w io.Writer, rep *shadow.Report) error {
 	ts := func(t time.Time) string { return t.UTC().Format(time.RFC3339) }

@@ -29,6 +29,7 @@ func TestShadowCommand(t *testing.T) {
 	var queries []string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		queries = append(queries, r.URL.RawQuery)
+		w.Header().Set("Content-Type", "application/json")
 		if r.URL.Path != "/api/v1/shadow" {
 			http.NotFound(w, r)
 			return
@@ -85,8 +86,8 @@ func TestShadowCommand(t *testing.T) {
 		{nil, "--since is required"},
 		{[]string{"--since", "last week"}, `--since: "last week"`},
 		{[]string{"--since", "-5h"}, "--since"},
-		{[]string{"--since", "7d", "-o", "yaml"}, `--output "yaml"`},
-		{[]string{"--since", "7d", "--until", "2000-01-01T00:00:00Z"}, "400 Bad Request: invalid range; since: must be before until"},
+		{[]string{"--since", "7d", "-o", "wide"}, `--output "wide"`},
+		{[]string{"--since", "7d", "--until", "2000-01-01T00:00:00Z"}, "400 Bad Request: invalid range: since: must be before until"},
 	} {
 		if _, err := shadowRun(tt.args...); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%v: err %v, want %q", tt.args, err, tt.want)

@@ -103,6 +103,8 @@ type Controller struct {
 	// cfg is the controller configuration (Options.Config or the
 	// defaults): the budgets of clusters added at run time come from it.
 	cfg config.Config
+	// events writes the repairs' Kubernetes Events (closed by Run).
+	events *kube.Events
 }
 
 // Start opens the database (migrating it when asked), builds the reconciler
@@ -156,7 +158,8 @@ func Start(ctx context.Context, o Options) (*Controller, error) {
 		st.Close()
 		return nil, err
 	}
-	rc.Store, rc.Engine, rc.Clusters, rc.Crash, rc.Now, rc.Log, rc.Registerer = st, eng, o.Clusters, o.Crash, o.Now, o.Log, reg
+	events := kube.NewEvents() // starts nothing before the first Event; closed by Run
+	rc.Store, rc.Engine, rc.Clusters, rc.Crash, rc.Now, rc.Log, rc.Registerer, rc.Events = st, eng, o.Clusters, o.Crash, o.Now, o.Log, reg, events
 	rec, err := repair.New(rc)
 	if err != nil {
 		st.Close()
@@ -176,7 +179,7 @@ func Start(ctx context.Context, o Options) (*Controller, error) {
 	}
 	svc, err := api.New(api.Config{Store: st, Catalog: cat, Serves: rec.Serves, Authenticator: o.Authenticator,
 		Feed: hub, Login: o.OIDC != nil || o.DevLogin,
-		OnIngest: rec.Trigger, ClusterStates: clusterStates(rec), Operators: o.Operators, Gatherer: reg, Registerer: reg, Now: o.Now, Log: o.Log, Limits: o.Limits,
+		OnIngest: rec.Trigger, ClusterStates: clusterStates(rec), NodeClaims: rec.NodeClaims, PeerNodes: rec.NodeAddresses, Operators: o.Operators, Gatherer: reg, Registerer: reg, Now: o.Now, Log: o.Log, Limits: o.Limits,
 		Shadow: func(ctx context.Context, since, until time.Time) (any, error) {
 			c := shadowCfg
 			c.Clusters = rec.ClusterNames() // the clusters served now
@@ -211,7 +214,7 @@ func Start(ctx context.Context, o Options) (*Controller, error) {
 		st.Close()
 		return nil, fmt.Errorf("start controller: listen on %s: %w", o.Listen, err)
 	}
-	return &Controller{URL: scheme + "://" + ln.Addr().String(), Store: st, ln: ln, opts: o, rec: rec, feed: hub,
+	return &Controller{URL: scheme + "://" + ln.Addr().String(), Store: st, ln: ln, opts: o, rec: rec, feed: hub, events: events,
 		srv: api.NewServer(h, sopts), reg: reg, cfg: cfg}, nil
 }
 
@@ -220,6 +223,7 @@ func Start(ctx context.Context, o Options) (*Controller, error) {
 // error of any part, or nil after a clean shutdown.
 func (c *Controller) Run(ctx context.Context) error {
 	defer c.Store.Close()
+	defer c.events.Close()
 	g, ctx := errgroup.WithContext(ctx)
 	if le := c.opts.LeaderElection; le != nil {
 		c.rec.UseLeaderElection()

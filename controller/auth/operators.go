@@ -17,17 +17,31 @@ import (
 // Role is what a human operator may do (docs/design.md, decision 11).
 type Role string
 
-// Roles, each including the ones before it.
+// Roles, each of viewer, approver and admin including the ones before it.
 const (
 	RoleViewer   Role = "viewer"   // read repair history
 	RoleApprover Role = "approver" // approve or reject paused repairs
 	RoleAdmin    Role = "admin"    // resume or reset breakers, kill switch
+	// RoleReporter may only send job-failure reports (POST
+	// /api/v1/job-reports): the token a Slurm epilog, a Kubeflow hook or a
+	// CI job holds on many machines, so it reads nothing and decides
+	// nothing. Approvers and admins may send job reports too; viewers may
+	// not (a report moves a node towards a condition).
+	RoleReporter Role = "reporter"
 )
 
 func (r Role) rank() int { return slices.Index([]Role{RoleViewer, RoleApprover, RoleAdmin}, r) }
 
+// valid reports whether r is a known role.
+func (r Role) valid() bool { return r.rank() >= 0 || r == RoleReporter }
+
 // Allows reports whether role r includes role want.
-func (r Role) Allows(want Role) bool { return r.rank() >= want.rank() && want.rank() >= 0 }
+func (r Role) Allows(want Role) bool {
+	if want == RoleReporter {
+		return r == RoleReporter || r.rank() >= RoleApprover.rank()
+	}
+	return r.rank() >= want.rank() && want.rank() >= 0
+}
 
 // Operator is an authenticated human.
 type Operator struct {
@@ -56,8 +70,8 @@ func NewOperators(list []Operator) (*Operators, error) {
 		switch {
 		case o.Name == "":
 			return nil, fmt.Errorf("operators[%d]: name required", i)
-		case o.Role.rank() < 0:
-			return nil, fmt.Errorf("operators[%d] (%s): role %q is not viewer, approver or admin", i, o.Name, o.Role)
+		case !o.Role.valid():
+			return nil, fmt.Errorf("operators[%d] (%s): role %q is not viewer, approver, admin or reporter", i, o.Name, o.Role)
 		case len(o.TokenSHA256) != 64:
 			return nil, fmt.Errorf("operators[%d] (%s): tokenSHA256 must be 64 hex characters (sha256sum of the token)", i, o.Name)
 		case seen[o.TokenSHA256]:

@@ -790,7 +790,7 @@ func (p *Policy) replacements(now time.Time, fleet *Fleet, sig map[int32]*nodeSi
 		st.Cohorts[pool] = Breaker{Scope: ScopeCohort, Cohort: pool, Since: now, LastFailure: last[pool], Evidence: ev}
 		ds = append(ds, Decision{At: now, Scope: ScopeCohort, Cohort: pool, From: Closed, To: Open,
 			Cause: CauseReplacementFailed, Actor: Actor, Evidence: ev,
-			Message: fmt.Sprintf("breaker %s tripped: %d replacement node(s) failed the same way as the nodes they replaced (%s): the cause is not the machines",
+			Message: fmt.Sprintf("breaker %s tripped: %d replacement node(s) failed the same way as the nodes they replaced, or never launched (%s): the cause is not the machines",
 				pool, len(nodes), strings.Join(ev.Failing, ", "))})
 	}
 	return ds
@@ -1029,6 +1029,28 @@ func Resume(st State, cohort, actor, reason string, now time.Time) (State, Decis
 	return out, Decision{At: now, Scope: b.Scope, Cohort: cohort, From: Open, To: Closed, Cause: CauseResumed,
 		Actor: actor, HaltRollout: b.HaltRollout, Evidence: ev,
 		Message: fmt.Sprintf("breaker %s resumed by %s: %s", cohort, actor, reason)}, nil
+}
+
+// ResumeOf finds the human resume that released node's hold: among
+// decisions (any order), the newest with Cause CauseResumed at or after
+// heldAt (when the node's repair was held) whose cohort the node belongs to,
+// or the fleet ceiling's. ok is false when no human resumed one: the hold
+// ended because the breaker cooled down. The reconciler names the resume in
+// each released repair's audit (controller/decide.Facts.Resumed).
+func ResumeOf(decisions []Decision, node Node, heldAt time.Time) (d Decision, ok bool) {
+	for _, x := range decisions {
+		if x.Cause != CauseResumed || x.At.Before(heldAt) || ok && !x.At.After(d.At) {
+			continue
+		}
+		if x.Cohort != FleetScope {
+			c, err := ParseCohort(x.Cohort)
+			if err != nil || node.Attrs[c.Key] != c.Value {
+				continue
+			}
+		}
+		d, ok = x, true
+	}
+	return d, ok
 }
 
 // SetKillSwitch turns the global kill switch on (every repair held) or off.

@@ -27,3 +27,23 @@ func ReplacementFailure(pool, class string, joined, at time.Time, replaced []Rep
 	}
 	return false
 }
+
+// LaunchFailure reports whether a NodeClaim of pool, created at created and
+// stuck without a registered Node past its registration grace, is a
+// replacement that failed to launch: a node of the same pool was replaced
+// (for any fault class) at or before created, within
+// DefaultReplacementCycle. Such a claim counts against its pool like a
+// replacement failing the same way (Signal.Replacement): deleting more of
+// the pool's nodes would trade working capacity for machines that do not
+// come. The live reconciler decides with it.
+func LaunchFailure(pool string, created time.Time, replaced []Replaced) bool {
+	if pool == "" || created.IsZero() {
+		return false
+	}
+	for _, r := range replaced {
+		if r.Pool == pool && !r.At.After(created) && created.Sub(r.At) <= DefaultReplacementCycle {
+			return true
+		}
+	}
+	return false
+}

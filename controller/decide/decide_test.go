@@ -2,6 +2,7 @@ package decide_test
 
 import (
 	"errors"
+	"fmt"
 	"os/exec"
 	"strings"
 	"testing"
@@ -158,6 +159,18 @@ func TestDeletion(t *testing.T) {
 		{"minimum healthy", decide.Guards{Budget: decide.Budget{DeletionsPerHour: 10, MaxInFlightPerNodePool: 1, NodePoolDeletionsPerHour: 5, MinHealthy: 5},
 			Counts: decide.Counts{NodePool: "gpu", Healthy: 4}, HumanApproved: true, Node: held, Breakers: true, State: st},
 			t0, decide.ErrMinHealthy, "NodePool gpu has 4 healthy nodes, minimum 5"},
+		{"do-not-disrupt holds a lone failure", decide.Guards{Budget: room, Node: free,
+			Disruption: decide.Disruption{DoNotDisrupt: "Pod ml/train-0"}}, t0, decide.ErrDoNotDisrupt, "Pod ml/train-0: held by karpenter.sh/do-not-disrupt"},
+		{"no approval overrides do-not-disrupt", decide.Guards{Budget: room, Breakers: true, State: st, Node: held, HumanApproved: true,
+			Disruption: decide.Disruption{DoNotDisrupt: "Node n1"}}, t0, decide.ErrDoNotDisrupt, "Node n1"},
+		{"the opt-out before do-not-disrupt", decide.Guards{Budget: room, Node: free,
+			Disruption: decide.Disruption{OptOut: "NodePool gpu", DoNotDisrupt: "Node n1"}}, t0, decide.ErrOptedOut, "NodePool gpu: opted out"},
+		{"the kill switch before the owners", decide.Guards{Budget: room, State: killed, Node: free,
+			Disruption: decide.Disruption{OptOut: "Node n1"}}, t0, decide.ErrKillSwitch, "kill switch"},
+		{"the budget before the owners", decide.Guards{Budget: room, Counts: decide.Counts{Cluster: "c1", DeletionsLastHour: 10}, Node: free,
+			Disruption: decide.Disruption{OptOut: "Node n1"}}, t0, decide.ErrBudgetExceeded, "budget 10 per hour"},
+		{"the owners before the breaker: no approval asked for what waits on them", decide.Guards{Budget: room, Breakers: true, State: st, Node: held,
+			MaxBreakerAge: time.Minute, Disruption: decide.Disruption{DoNotDisrupt: "NodeClaim nc-1"}}, t0, decide.ErrDoNotDisrupt, "NodeClaim nc-1"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -213,6 +226,11 @@ func TestStep(t *testing.T) {
 		{"no NodeClaim: failed", decide.Repair{State: ledger.Tolerating}, cond, replace, t0, decide.Transition, ledger.Failed, "no Karpenter NodeClaim"},
 		{"dry-run says so", dry, cond, replace, t0, decide.Guard, ledger.Deleting, "dry-run: toleration window over"},
 		{"breaker-held, breaker closed: released", heldB, cond, decide.Facts{BreakerAllows: true, Drain: yes, ApprovalTTL: 24 * time.Hour}, t0, decide.Transition, ledger.Approved, "released (paced)"},
+		{"breaker-held, resumed by a human: the release names the resume", heldB, cond, decide.Facts{BreakerAllows: true, Drain: yes, ApprovalTTL: 24 * time.Hour,
+			Resumed: func() (string, string, bool) {
+				return "user:ada", "breaker zone=z1 resumed by user:ada: AZ recovered", true
+			}},
+			t0, decide.Transition, ledger.Approved, "released (paced) for re-validation after breaker zone=z1 resumed by user:ada: AZ recovered"},
 		{"breaker-held, no release left this pass", heldB, cond, decide.Facts{BreakerAllows: true, Drain: func() bool { return false }, ApprovalTTL: 24 * time.Hour}, t0, decide.Wait, "", ""},
 		{"breaker-held, breaker open", heldB, cond, decide.Facts{Drain: yes, ApprovalTTL: 24 * time.Hour}, t0, decide.Wait, "", ""},
 		{"action-held, escalated to replace: released", heldA, esc, decide.Facts{Action: catalog.ActionReplace, ApprovalTTL: 24 * time.Hour}, t0, decide.Transition, ledger.Approved, "escalated to replace (GPU lost)"},
@@ -262,6 +280,8 @@ func TestAfterGuard(t *testing.T) {
 		{"kill switch", decide.ErrKillSwitch, decide.Wait, "", "", true},
 		{"budget", &decide.BudgetError{Exceeded: decide.Exceeded{Budget: decide.BudgetDeletionsPerHour}}, decide.Wait, "", "", true},
 		{"min healthy", &decide.BudgetError{Exceeded: decide.Exceeded{Budget: decide.BudgetMinHealthy}}, decide.Wait, "", "", true},
+		{"do-not-disrupt", fmt.Errorf("Pod a/b: %w", decide.ErrDoNotDisrupt), decide.Wait, "", "", true},
+		{"opt-out", fmt.Errorf("Node n1: %w", decide.ErrOptedOut), decide.Wait, "", "", true},
 		{"a database error is no decision", errors.New("connection reset"), decide.Wait, "", "", false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -270,11 +290,55 @@ func TestAfterGuard(t *testing.T) {
 			if ok != tt.decided || got.Kind != tt.kind || got.To != tt.to || got.Retry != tt.retry {
 				t.Fatalf("AfterGuard(%v) = %+v, %v", tt.err, got, ok)
 			}
+			if want := decide.HoldOf(tt.err); got.Hold != want || tt.kind == decide.Wait && tt.decided && tt.retry == "" && want == "" {
+				t.Fatalf("AfterGuard(%v).Hold = %q, HoldOf %q", tt.err, got.Hold, want)
+			}
 		})
+	}
+	for err, want := range map[error]string{
+		decide.ErrKillSwitch: decide.HoldKillSwitch, fmt.Errorf("x: %w", decide.ErrDoNotDisrupt): decide.HoldDoNotDisrupt,
+		fmt.Errorf("x: %w", decide.ErrOptedOut): decide.HoldOptOut, decide.ErrBreakerStale: "", decide.ErrHeldByBreaker: "",
+		&decide.BudgetError{Exceeded: decide.Exceeded{Budget: decide.BudgetMinHealthy}}:             decide.HoldMinHealthy,
+		&decide.BudgetError{Exceeded: decide.Exceeded{Budget: decide.BudgetMaxInFlightPerNodePool}}: decide.HoldBudget,
+	} {
+		if got := decide.HoldOf(err); got != want {
+			t.Errorf("HoldOf(%v) = %q, want %q", err, got, want)
+		}
 	}
 	held, _ := decide.AfterGuard(g, errors.Join(errors.New("zone=z1 open"), decide.ErrHeldByBreaker))
 	if held.Set["held_by"] != decide.HeldByBreaker || !strings.Contains(held.Why, "held for on-call approval: zone=z1 open") {
 		t.Errorf("held = %+v", held)
+	}
+}
+
+func TestOwners(t *testing.T) {
+	t.Parallel()
+	started := t0.Add(-20 * time.Minute)
+	for _, tt := range []struct {
+		value   string
+		started time.Time
+		want    bool
+	}{
+		{"true", started, true},
+		{"false", started, false},
+		{"", started, false},
+		{"30m", started, true},     // 20 of 30 minutes
+		{"10m", started, false},    // protection over
+		{"10m", time.Time{}, true}, // start unknown: fail safe
+		{"soon", started, false},   // unparsable: no protection (Karpenter emits an Event)
+		{"-5m", started, false},    // not a protection
+		{"True", started, false},   // Karpenter compares exactly
+		{"1h30m", t0.Add(-time.Hour), true},
+	} {
+		if got := decide.PodDoNotDisrupt(tt.value, tt.started, t0); got != tt.want {
+			t.Errorf("PodDoNotDisrupt(%q, %s) = %t, want %t", tt.value, tt.started, got, tt.want)
+		}
+	}
+	if !decide.ObjectDoNotDisrupt(map[string]string{decide.DoNotDisruptAnnotation: "true"}) || decide.ObjectDoNotDisrupt(map[string]string{decide.DoNotDisruptAnnotation: "1h"}) {
+		t.Error("a Node or NodeClaim's do-not-disrupt is exactly \"true\"")
+	}
+	if !decide.OptedOut(map[string]string{decide.OptOutLabel: "Disabled"}) || decide.OptedOut(map[string]string{decide.OptOutLabel: "enabled"}) || decide.OptedOut(nil) {
+		t.Error("OptedOut")
 	}
 }
 

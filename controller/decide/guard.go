@@ -141,10 +141,14 @@ type Guards struct {
 	// MaxBreakerAge is the oldest breaker evaluation acted on; 0 skips the
 	// check (a replay evaluates the breakers at every pass by construction).
 	MaxBreakerAge time.Duration
+	// Disruption is the owners' word on disrupting the node (opt-out,
+	// do-not-disrupt).
+	Disruption Disruption
 }
 
 // Deletion runs the deletion guards on g at now, in order: the budgets
-// (Budget.Allows: a *BudgetError), the kill switch (ErrKillSwitch), then
+// (Budget.Allows: a *BudgetError), the kill switch (ErrKillSwitch), the
+// owners' opt-out (ErrOptedOut) and do-not-disrupt (ErrDoNotDisrupt), then
 // unless a human approved the repair and when breakers are on, the
 // freshness of the breaker state (ErrBreakerStale) and breaker.Allows
 // (ErrHeldByBreaker, naming the cohort and its numbers), and last the
@@ -156,6 +160,9 @@ func Deletion(g Guards, now time.Time) error {
 	}
 	if ks := g.State.KillSwitch; ks.On {
 		return fmt.Errorf("kill switch on since %s by %s (%s): %w", ks.Since.Format(time.RFC3339), ks.Actor, ks.Reason, ErrKillSwitch)
+	}
+	if err := g.Disruption.check(); err != nil {
+		return err // no approval overrides the owners (disruption.go)
 	}
 	if g.Breakers && !g.HumanApproved {
 		if err := Fresh(g.State, g.MaxBreakerAge, now); err != nil {

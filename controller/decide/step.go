@@ -46,6 +46,12 @@ type Facts struct {
 	// reports whether one was left; called only when a breaker-held repair
 	// may be released. Nil: none left.
 	Drain func() bool
+	// Resumed names the human resume that closed the breaker holding the
+	// repair (breaker.ResumeOf: the actor, "user:NAME", and the decision's
+	// message, "breaker zone=z1 resumed by user:ada: AZ recovered"); called
+	// only when a breaker-held repair is released, for its audit. Nil or ok
+	// false: the breaker closed by itself (cool-down).
+	Resumed func() (actor, message string, ok bool)
 }
 
 // NeedsBreakers reports whether Step reads Facts.BreakerAllows for r, so a
@@ -91,6 +97,10 @@ type Next struct {
 	// Retry (Wait after a guard) names what the caller waits for:
 	// "breakers" asks for a breaker evaluation now.
 	Retry string
+	// Hold (Wait after a guard) names the guard holding the deletion
+	// (HoldOf: budget, kill switch, opt-out, do-not-disrupt, minimum
+	// healthy); "" for none.
+	Hold string
 }
 
 // Step returns the next step of open repair r, whose node's headline
@@ -154,6 +164,13 @@ func Step(r Repair, head diagnose.Diagnosis, f Facts, now time.Time) Next {
 			}
 		case HeldByBreaker:
 			if f.BreakerAllows && f.Drain != nil && f.Drain() {
+				if f.Resumed != nil {
+					if actor, msg, ok := f.Resumed(); ok {
+						n := released("released (paced) for re-validation after " + msg)
+						n.Detail["resumed_by"], n.Set["resumed_by"] = actor, actor
+						return n
+					}
+				}
 				return released("the breaker holding this repair closed; released (paced) for re-validation")
 			}
 		}
@@ -199,7 +216,8 @@ func UIDChanged() Next {
 // step it leads to: nil -> deleting (g itself; live, the store already
 // moved the repair); held by a breaker -> awaiting approval, naming the
 // cohort; a budget, the minimum healthy count, the kill switch or a stale
-// breaker state -> wait and retry (Retry "breakers" for a stale state).
+// breaker state, the owners' opt-out or do-not-disrupt -> wait and retry
+// (Retry "breakers" for a stale state; Hold names the others).
 // Other errors are not guard decisions: it returns Wait and ok false.
 func AfterGuard(g Next, err error) (next Next, ok bool) {
 	switch {
@@ -210,8 +228,8 @@ func AfterGuard(g Next, err error) (next Next, ok bool) {
 			Detail: map[string]any{"held_by": HeldByBreaker}, Set: map[string]any{"held_by": HeldByBreaker}}, true
 	case errors.Is(err, ErrBreakerStale):
 		return Next{Kind: Wait, Retry: "breakers"}, true
-	case errors.Is(err, ErrKillSwitch), errors.Is(err, ErrBudgetExceeded), errors.Is(err, ErrMinHealthy):
-		return Next{Kind: Wait}, true
+	case HoldOf(err) != "":
+		return Next{Kind: Wait, Hold: HoldOf(err)}, true
 	}
 	return Next{Kind: Wait}, false
 }

@@ -203,13 +203,18 @@ func driverChanged(current, history []finding.Finding) bool {
 }
 
 // repeatedPeers returns the NCCL net-error signals of a node when they name
-// at least n distinct peers within window of now: the node's NIC or switch
-// port, not one path, is the common factor.
+// at least n distinct peers within window of now, seen by at least two
+// jobs: the node's NIC or switch port, not one path or one job, is the
+// common factor. A finding of a job report carries its job
+// (finding.AttrJob); one without (a job log the node's agent read) counts
+// as its own job. Findings of a fabric incident (a job report whose
+// failures spread over many node pairs at once, finding.FabricIncident)
+// count for no node: the fabric failed, and the cohort breakers see it.
 func repeatedPeers(sigs []signal, n int, window time.Duration, now time.Time) []signal {
 	var in []signal
-	peers := map[string]bool{}
+	peers, jobs := map[string]bool{}, map[string]bool{}
 	for _, s := range sigs {
-		if s.reason != catalog.ReasonNCCLNetworkError {
+		if s.reason != catalog.ReasonNCCLNetworkError || s.f.Attr(finding.AttrFabricIncident) == "true" {
 			continue
 		}
 		t := s.f.Time
@@ -223,8 +228,13 @@ func repeatedPeers(sigs []signal, n int, window time.Duration, now time.Time) []
 		if p := s.f.Attr(finding.AttrPeer); p != "" {
 			peers[p] = true
 		}
+		job := s.f.Attr(finding.AttrJob)
+		if job == "" {
+			job = "finding/" + s.f.ID
+		}
+		jobs[job] = true
 	}
-	if len(peers) < n {
+	if len(peers) < n || len(jobs) < 2 {
 		return nil
 	}
 	return in

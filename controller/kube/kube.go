@@ -29,6 +29,8 @@ import (
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
+	"github.com/fleetrepair/fleetrepair/controller/lifecycle"
 )
 
 // QuarantineTaintKey is the NoSchedule taint fleetrepair puts on a node with
@@ -74,6 +76,22 @@ type NodeInfo struct {
 	// deleted. A deleting node is leaving (Karpenter's termination
 	// finalizer drains it): not capacity, not a breaker cohort member.
 	Deleting time.Time
+	// Claim holds the lifecycle facts of the owning NodeClaim (zero Name
+	// when none owns the node); lifecycle.Classify turns them into a
+	// lifecycle.State with the caller's clock (Lifecycle).
+	Claim lifecycle.Facts
+}
+
+// Lifecycle classifies the node's NodeClaim at now (lifecycle.Classify); a
+// node without a NodeClaim is active unless it is being deleted.
+func (n NodeInfo) Lifecycle(now time.Time, g lifecycle.Graces) lifecycle.State {
+	if n.Claim.Name == "" {
+		if !n.Deleting.IsZero() {
+			return lifecycle.Classify(lifecycle.Facts{Name: n.Name}, true, n.Deleting, now, g).State
+		}
+		return lifecycle.StateActive
+	}
+	return lifecycle.Classify(n.Claim, true, n.Deleting, now, g).State
 }
 
 func nodeInfo(n *corev1.Node) NodeInfo {
@@ -103,9 +121,102 @@ func nodeInfo(n *corev1.Node) NodeInfo {
 	return info
 }
 
-// Nodes returns every Node's metadata, without the NodeClaim lookup (the
-// breakers' view of the fleet).
+// Nodes returns every Node's metadata with its NodeClaim (NodeClaim,
+// NodeClaimUID, Claim), joined from one NodeClaim list by status.nodeName,
+// else providerID (the breakers' and the capacity view of the fleet: two
+// lists, never one lookup per node).
 func (k *Cluster) Nodes(ctx context.Context) ([]NodeInfo, error) {
+	out, _, err := k.Fleet(ctx)
+	return out, err
+}
+
+// Fleet returns every Node (as Nodes does) and the lifecycle facts of
+// every NodeClaim, those without a Node included.
+func (k *Cluster) Fleet(ctx context.Context) ([]NodeInfo, []lifecycle.Facts, error) {
+	if err := k.synced(); err != nil {
+		return nil, nil, err
+	}
+	var list corev1.NodeList
+	if err := k.c.List(ctx, &list); err != nil {
+		return nil, nil, fmt.Errorf("list nodes: %w", err)
+	}
+	var ncs karpv1.NodeClaimList
+	if err := k.c.List(ctx, &ncs); err != nil {
+		return nil, nil, fmt.Errorf("list nodeclaims: %w", err)
+	}
+	claims := make([]lifecycle.Facts, 0, len(ncs.Items))
+	byNode, byProvider := make(map[string]int, len(ncs.Items)), make(map[string]int, len(ncs.Items))
+	for i := range ncs.Items {
+		f := lifecycle.FactsOf(&ncs.Items[i])
+		if f.NodeName != "" {
+			byNode[f.NodeName] = len(claims)
+		}
+		if f.ProviderID != "" {
+			byProvider[f.ProviderID] = len(claims)
+		}
+		claims = append(claims, f)
+	}
+	out := make([]NodeInfo, 0, len(list.Items))
+	for i := range list.Items {
+		info := nodeInfo(&list.Items[i])
+		j, ok := byNode[info.Name]
+		if !ok && info.ProviderID != "" {
+			j, ok = byProvider[info.ProviderID]
+		}
+		if ok {
+			info.Claim = claims[j]
+			info.NodeClaim, info.NodeClaimUID = claims[j].Name, types.UID(claims[j].UID)
+		}
+		out = append(out, info)
+	}
+	return out, claims, nil
+}
+
+// NodeClaims classifies every NodeClaim of the cluster at now
+// (lifecycle.Classify, with the existence and deletionTimestamp of its
+// Node), Cluster set to the cluster's name.
+func (k *Cluster) NodeClaims(ctx context.Context, now time.Time, g lifecycle.Graces) ([]lifecycle.Claim, error) {
+	nodes, claims, err := k.Fleet(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return ClassifyFleet(k.name, nodes, claims, now, g), nil
+}
+
+// ClassifyFleet classifies the NodeClaims of one cluster's Fleet at now.
+func ClassifyFleet(cluster string, nodes []NodeInfo, claims []lifecycle.Facts, now time.Time, g lifecycle.Graces) []lifecycle.Claim {
+	byName, byProvider := make(map[string]int, len(nodes)), make(map[string]int, len(nodes))
+	for i := range nodes {
+		byName[nodes[i].Name] = i
+		if p := nodes[i].ProviderID; p != "" {
+			byProvider[p] = i
+		}
+	}
+	out := make([]lifecycle.Claim, 0, len(claims))
+	for _, f := range claims {
+		i, ok := byName[f.NodeName]
+		if !ok && f.ProviderID != "" {
+			i, ok = byProvider[f.ProviderID]
+		}
+		var deleting time.Time
+		if ok {
+			deleting = nodes[i].Deleting
+		}
+		c := lifecycle.Classify(f, ok, deleting, now, g)
+		c.Cluster = cluster
+		if c.Node == "" && ok {
+			c.Node = nodes[i].Name
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// NodeAddresses maps every address of every Node (status.addresses of
+// type InternalIP and ExternalIP) to the Node's name: how a job's NCCL
+// peer, printed as an address, is found (c29). An address two Nodes claim
+// maps to neither.
+func (k *Cluster) NodeAddresses(ctx context.Context) (map[string]string, error) {
 	if err := k.synced(); err != nil {
 		return nil, err
 	}
@@ -113,9 +224,22 @@ func (k *Cluster) Nodes(ctx context.Context) ([]NodeInfo, error) {
 	if err := k.c.List(ctx, &list); err != nil {
 		return nil, fmt.Errorf("list nodes: %w", err)
 	}
-	out := make([]NodeInfo, 0, len(list.Items))
+	out := make(map[string]string, len(list.Items))
+	dup := map[string]bool{}
 	for i := range list.Items {
-		out = append(out, nodeInfo(&list.Items[i]))
+		n := &list.Items[i]
+		for _, a := range n.Status.Addresses {
+			if a.Type != corev1.NodeInternalIP && a.Type != corev1.NodeExternalIP || a.Address == "" {
+				continue
+			}
+			if prev, ok := out[a.Address]; ok && prev != n.Name {
+				dup[a.Address] = true
+			}
+			out[a.Address] = n.Name
+		}
+	}
+	for a := range dup {
+		delete(out, a)
 	}
 	return out, nil
 }
@@ -156,6 +280,7 @@ func (k *Cluster) NodeInfo(ctx context.Context, node string) (NodeInfo, error) {
 		return NodeInfo{}, err
 	default:
 		info.NodeClaim, info.NodeClaimUID = nc.Name, nc.UID
+		info.Claim = lifecycle.FactsOf(nc)
 	}
 	return info, nil
 }

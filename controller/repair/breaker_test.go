@@ -80,10 +80,11 @@ func TestZoneBreakerHoldsCohortOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	newDoc, _ := json.Marshal(bs)
-	if err := st.SaveBreakerState(ctx, newDoc, v, nil, clk.Now()); err != nil {
+	ev, _ := json.Marshal(d.Evidence)
+	if err := st.SaveBreakerState(ctx, newDoc, v, []store.BreakerDecision{{At: d.At, Scope: string(d.Scope), Cohort: d.Cohort,
+		From: string(d.From), To: string(d.To), Cause: string(d.Cause), Actor: d.Actor, Message: d.Message, Evidence: ev}}, clk.Now()); err != nil {
 		t.Fatal(err)
 	}
-	_ = d
 	released := func() int {
 		n := 0
 		for _, name := range z1[:6] {
@@ -103,6 +104,30 @@ func TestZoneBreakerHoldsCohortOnly(t *testing.T) {
 		if got := released(); got != pass {
 			t.Fatalf("after pass %d: %d repairs released, want %d (paced, one per pass)", pass, got, pass)
 		}
+	}
+	// Each released repair's audit names the human resume that released it.
+	named := 0
+	for _, name := range z1[:6] {
+		rs, _, err := st.ListRepairs(ctx, store.RepairFilter{Cluster: "c1", Node: name, Limit: 1})
+		if err != nil || len(rs) != 1 {
+			t.Fatalf("%s: repairs %v %v", name, rs, err)
+		}
+		audit, err := st.RepairAudit(ctx, rs[0].ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range audit {
+			if a.From == ledger.AwaitingApproval && a.To == ledger.Approved {
+				named++
+				if !strings.Contains(a.Reason, "breaker zone=z1 resumed by user:oncall: AZ recovered, replace the broken ones") ||
+					a.Detail["resumed_by"] != "user:oncall" || rs[0].Detail["resumed_by"] != "user:oncall" {
+					t.Errorf("%s: release audit %q %v (repair detail %v), want it to name the resume by user:oncall", name, a.Reason, a.Detail, rs[0].Detail)
+				}
+			}
+		}
+	}
+	if named != 3 {
+		t.Fatalf("%d releases audited, want 3", named)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/fleetrepair/fleetrepair/controller/diagnose"
 	"github.com/fleetrepair/fleetrepair/controller/kube"
 	"github.com/fleetrepair/fleetrepair/controller/ledger"
+	"github.com/fleetrepair/fleetrepair/controller/lifecycle"
 	"github.com/fleetrepair/fleetrepair/controller/store"
 )
 
@@ -136,17 +137,9 @@ func (r *Reconciler) evaluateBreakers(ctx context.Context, fleet map[string][]ku
 	for _, n := range agents {
 		byName[n.Cluster+"/"+n.Name] = n
 	}
-	var bn []breaker.Node
-	for name, infos := range fleet {
-		for _, info := range infos {
-			if !info.Deleting.IsZero() {
-				continue // already leaving: no cohort member, no capacity (c27)
-			}
-			bn = append(bn, r.breakerNode(name, info, byName[name+"/"+info.Name]))
-		}
-	}
 	var active []diagnose.Diagnosis
 	var replaced []breaker.Replaced
+	var launchFailed []breaker.Node     // replacement NodeClaims that never registered a Node
 	infos := map[string]kube.NodeInfo{} // by decide.NodeName
 	for _, name := range r.ClusterNames() {
 		ds, err := r.cfg.Store.ActiveDiagnoses(ctx, name, "")
@@ -164,12 +157,38 @@ func (r *Reconciler) evaluateBreakers(ctx context.Context, fleet map[string][]ku
 				young = true
 			}
 		}
-		if young && len(ds) > 0 {
+		claims, _, _ := r.NodeClaims(name)
+		unregistered := slices.DeleteFunc(claims, func(c lifecycle.Claim) bool { return c.State != lifecycle.StateNotRegistered })
+		if young && len(ds) > 0 || len(unregistered) > 0 {
 			rs, err := r.recentReplacements(ctx, name, now)
 			if err != nil {
 				return fmt.Errorf("evaluate breakers: %w", err)
 			}
 			replaced = append(replaced, rs...)
+			for _, c := range unregistered {
+				if breaker.LaunchFailure(decide.NodeName(name, c.NodePool), c.Since, rs) {
+					launchFailed = append(launchFailed, breaker.Node{Name: decide.NodeName(name, "nodeclaim/"+c.Name),
+						Attrs: map[string]string{"cluster": name, "nodepool": c.NodePool}})
+				}
+			}
+		}
+	}
+	// The breakers' fleet: nodes whose lifecycle state is a cohort member
+	// (lifecycle.State.BreakerMember): never a leaving node (c27), a node
+	// not yet initialized only while it is failing (c28's replacements).
+	failing := map[string]bool{}
+	for _, d := range active {
+		if decide.IsSignal(d.FaultClass, d.Severity) {
+			failing[decide.NodeName(d.Cluster, d.Node)] = true
+		}
+	}
+	var bn []breaker.Node
+	for name, infos := range fleet {
+		for _, info := range infos {
+			if !info.Lifecycle(now, r.cfg.Lifecycle).BreakerMember(failing[decide.NodeName(name, info.Name)]) {
+				continue
+			}
+			bn = append(bn, r.breakerNode(name, info, byName[name+"/"+info.Name]))
 		}
 	}
 	joined := func(cluster, node string) (string, time.Time) {
@@ -180,6 +199,13 @@ func (r *Reconciler) evaluateBreakers(ctx context.Context, fleet map[string][]ku
 		return decide.NodeName(cluster, info.NodePool), info.Created
 	}
 	signals := decide.AppendReplacementSignals(nil, active, now, joined, replaced)
+	// A replacement that never launched counts against its pool like one
+	// that failed the same way (breaker.LaunchFailure): a member of the
+	// fleet, failing now, while it stays stuck.
+	for _, n := range launchFailed {
+		bn = append(bn, n)
+		signals = append(signals, breaker.Signal{Node: n.Name, At: now, Replacement: true})
+	}
 	for attempt := 0; attempt < 3; attempt++ {
 		prior, v, err := r.loadBreakers(ctx)
 		if err != nil {
@@ -220,8 +246,9 @@ func toStored(ds []breaker.Decision) []store.BreakerDecision {
 }
 
 // deletionGuard gathers what the deletion guards need outside the guard
-// transaction (the NodePool's Nodes when the policy sets a minimum
-// healthy count) and returns the guard: a pure check on values
+// transaction (the owners' word on disruption, kube.Disruption; the
+// NodePool's Nodes when the policy sets a minimum healthy count) and
+// returns the guard: a pure check on values
 // (decide.Deletion) of the budget numbers and the breaker state that
 // BeginDeletion reads through its transaction. No I/O runs while the
 // budget row is locked.
@@ -233,7 +260,17 @@ func (r *Reconciler) deletionGuard(ctx context.Context, k *kube.Cluster, node he
 		if err != nil {
 			return nil, err
 		}
-		healthy = healthyNodes(nodes, rp.NodePool)
+		healthy = healthyNodes(nodes, rp.NodePool, now, r.cfg.Lifecycle)
+	}
+	owners, err := k.Disruption(ctx, node.info, now)
+	if err != nil {
+		return nil, err
+	}
+	if owners.OptOut != node.agent.OptOut || owners.DoNotDisrupt != node.agent.DoNotDisrupt {
+		// Kept for the shadow report, which replays the owners' holds.
+		if err := r.cfg.Store.SetNodeOwners(ctx, node.cluster, node.info.Name, owners.OptOut, owners.DoNotDisrupt, now); err != nil {
+			return nil, err
+		}
 	}
 	bn := r.breakerNode(node.cluster, node.info, node.agent)
 	return func(cur store.Repair, b store.DeletionBudget, doc json.RawMessage) error {
@@ -247,16 +284,18 @@ func (r *Reconciler) deletionGuard(ctx context.Context, k *kube.Cluster, node he
 			Counts: decide.Counts{Cluster: b.Cluster, NodePool: b.NodePool, DeletionsLastHour: b.DeletionsLastHour,
 				InFlight: b.InFlight, NodePoolDeletionsLastHour: b.NodePoolDeletionsLastHour, Healthy: healthy},
 			Breakers: r.cfg.Breaker != nil, State: st, Node: bn, HumanApproved: humanApproved, MaxBreakerAge: r.cfg.MaxBreakerAge,
+			Disruption: owners,
 		}, now)
 	}, nil
 }
 
-// healthyNodes counts the NodePool's healthy Nodes: Ready and not
-// quarantined.
-func healthyNodes(nodes []kube.NodeInfo, pool string) int {
+// healthyNodes counts the NodePool's healthy Nodes: Ready, not
+// quarantined, and capacity in Karpenter's lifecycle (not leaving,
+// launching or uninitialized: lifecycle.State.Capacity).
+func healthyNodes(nodes []kube.NodeInfo, pool string, now time.Time, g lifecycle.Graces) int {
 	healthy := 0
 	for _, n := range nodes {
-		if n.NodePool != pool || !n.Ready || slices.Contains(n.Taints, kube.QuarantineTaintKey) {
+		if n.NodePool != pool || !n.Ready || slices.Contains(n.Taints, kube.QuarantineTaintKey) || !n.Lifecycle(now, g).Capacity() {
 			continue
 		}
 		healthy++
@@ -276,6 +315,25 @@ func (r *Reconciler) breakerAllows(ctx context.Context, node heldNode) (bool, st
 	}
 	ok, why := breaker.Allows(st, r.breakerNode(node.cluster, node.info, node.agent))
 	return ok, why, nil
+}
+
+// resumeOf names the human resume that released node's breaker hold since
+// heldAt (breaker.ResumeOf over the newest 100 breaker decisions): its actor
+// and message, for the released repair's audit. A failed read is logged and
+// reported as no resume: the release itself does not wait on it.
+func (r *Reconciler) resumeOf(ctx context.Context, node heldNode, heldAt time.Time) (actor, message string, ok bool) {
+	rows, err := r.cfg.Store.BreakerDecisions(ctx, 100)
+	if err != nil {
+		r.log.WarnContext(ctx, "read breaker decisions for a released repair's audit", "cluster", node.cluster, "err", err)
+		return "", "", false
+	}
+	ds := make([]breaker.Decision, 0, len(rows))
+	for _, d := range rows {
+		ds = append(ds, breaker.Decision{At: d.At, Scope: breaker.Scope(d.Scope), Cohort: d.Cohort, Cause: breaker.Cause(d.Cause),
+			Actor: d.Actor, Message: d.Message})
+	}
+	d, ok := breaker.ResumeOf(ds, r.breakerNode(node.cluster, node.info, node.agent), heldAt)
+	return d.Actor, d.Message, ok
 }
 
 // recentReplacements lists a cluster's repairs that deleted a NodeClaim

@@ -63,14 +63,20 @@ func conditionFindings(node, bootID string, conds []corev1.NodeCondition) []find
 	return out
 }
 
-// lifecycleFindings are the node's lifecycle facts read from its Node: a
-// deletionTimestamp (node-terminating; NodeTerminating opens no repair). Like
-// the foreign conditions they are not stored; the Node is their record.
+// lifecycleFindings are the node's lifecycle facts read from its Node and
+// NodeClaim: a deletionTimestamp on either (node-terminating, at the earlier
+// one, with the NodeClaim's finalizers; NodeTerminating opens no repair).
+// Like the foreign conditions they are not stored; the objects are their
+// record.
 func lifecycleFindings(node, bootID string, info kube.NodeInfo) []finding.Finding {
-	if info.Deleting.IsZero() {
+	at := info.Deleting
+	if d := info.Claim.Deleting; !d.IsZero() && (at.IsZero() || d.Before(at)) {
+		at = d
+	}
+	if at.IsZero() {
 		return nil
 	}
-	f := lifecycle.TerminatingFinding(node, info.Deleting, nil)
+	f := lifecycle.TerminatingFinding(node, at, info.Claim.Finalizers)
 	f.BootID = bootID
 	f.ID = finding.NewID(f)
 	return []finding.Finding{f}

@@ -13,6 +13,7 @@ import (
 	"github.com/fleetrepair/fleetrepair/controller/catalog"
 	"github.com/fleetrepair/fleetrepair/controller/diagnose"
 	"github.com/fleetrepair/fleetrepair/controller/kube"
+	"github.com/fleetrepair/fleetrepair/controller/lifecycle"
 )
 
 // TestKubeletReady: the kubelet's Ready is a signal while False or Unknown
@@ -47,6 +48,34 @@ func TestLifecycleFindings(t *testing.T) {
 	fs := lifecycleFindings("n1", "b1", kube.NodeInfo{Name: "n1", Deleting: at})
 	if len(fs) != 1 || fs[0].Detector != "node-terminating" || fs[0].ID == "" || fs[0].BootID != "b1" || fs[0].Attrs["deletion_timestamp"] != "2025-04-21T19:27:22Z" {
 		t.Fatalf("deleting node: %+v", fs)
+	}
+}
+
+// TestHealthyNodesIsCapacity: healthy capacity counts only Ready,
+// unquarantined nodes of the NodePool that Karpenter's lifecycle counts as
+// capacity (a node leaving or not initialized is none).
+func TestHealthyNodesIsCapacity(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	up := lifecycle.Condition{Status: "True"}
+	claim := lifecycle.Facts{Name: "nc", NodeName: "n", Registered: up, Initialized: up}
+	uninit := claim
+	uninit.Initialized = lifecycle.Condition{Status: "False", Since: now.Add(-time.Hour)}
+	uninit.Registered.Since = now.Add(-time.Hour)
+	deleting := claim
+	deleting.Deleting = now.Add(-time.Minute)
+	nodes := []kube.NodeInfo{
+		{Name: "a", NodePool: "p", Ready: true, Claim: claim},
+		{Name: "b", NodePool: "p", Ready: true},                                  // no NodeClaim: a plain Node
+		{Name: "c", NodePool: "p", Ready: true, Claim: deleting},                 // leaving
+		{Name: "d", NodePool: "p", Ready: true, Deleting: now.Add(-time.Minute)}, // its Node leaving
+		{Name: "e", NodePool: "p", Ready: true, Claim: uninit},                   // not initialized
+		{Name: "f", NodePool: "p", Ready: false, Claim: claim},
+		{Name: "g", NodePool: "p", Ready: true, Claim: claim, Taints: []string{kube.QuarantineTaintKey}},
+		{Name: "h", NodePool: "other", Ready: true, Claim: claim},
+	}
+	if got := healthyNodes(nodes, "p", now, lifecycle.Graces{}); got != 2 {
+		t.Errorf("healthy %d, want 2 (a and b)", got)
 	}
 }
 

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/fleetrepair/fleetrepair/controller/kube"
 )
 
@@ -33,8 +35,11 @@ func (r *Reconciler) AddCluster(name string, k *kube.Cluster) error {
 	}
 	r.membersMu.Lock()
 	defer r.membersMu.Unlock()
-	if old, ok := r.members[name]; ok && old.stop != nil {
-		old.stop()
+	if old, ok := r.members[name]; ok {
+		if old.stop != nil {
+			old.stop()
+		}
+		r.cfg.Events.Forget(old.k) // its Events broadcaster writes through the old credential
 	}
 	m := &member{k: k}
 	r.members[name] = m
@@ -61,9 +66,12 @@ func (r *Reconciler) RemoveCluster(name string) {
 	if m.stop != nil {
 		m.stop()
 	}
+	r.cfg.Events.Forget(m.k)
 	r.mu.Lock()
 	delete(r.clusters, name)
+	delete(r.claims, name)
 	r.mu.Unlock()
+	r.claimGauge.DeletePartialMatch(prometheus.Labels{"cluster": name})
 	r.log.Info("stopped serving cluster", "cluster", name)
 }
 

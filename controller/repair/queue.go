@@ -7,6 +7,7 @@ import (
 
 	"github.com/fleetrepair/fleetrepair/controller/kube"
 	"github.com/fleetrepair/fleetrepair/controller/ledger"
+	"github.com/fleetrepair/fleetrepair/controller/lifecycle"
 	"github.com/fleetrepair/fleetrepair/controller/store"
 	"golang.org/x/sync/errgroup"
 )
@@ -293,14 +294,18 @@ func (r *Reconciler) listFleet(ctx context.Context) map[string][]kube.NodeInfo {
 			pctx, cancel := context.WithTimeout(ctx, r.cfg.ProbeTimeout)
 			defer cancel()
 			err := k.Probe(pctx)
-			var nodes []kube.NodeInfo
+			var (
+				nodes  []kube.NodeInfo
+				claims []lifecycle.Facts
+			)
 			if err == nil {
-				nodes, err = k.Nodes(pctx)
+				nodes, claims, err = k.Fleet(pctx)
 			}
 			r.observe(name, err) // logs when reachability changes, not every pass
 			if err != nil {
 				return
 			}
+			r.recordClaims(pctx, name, nodes, claims, r.cfg.Now())
 			mu.Lock()
 			out[name] = nodes
 			mu.Unlock()

@@ -32,6 +32,7 @@ import (
 	"github.com/fleetrepair/fleetrepair/controller/diagnose"
 	"github.com/fleetrepair/fleetrepair/controller/kube"
 	"github.com/fleetrepair/fleetrepair/controller/ledger"
+	"github.com/fleetrepair/fleetrepair/controller/lifecycle"
 	"github.com/fleetrepair/fleetrepair/controller/policy"
 	"github.com/fleetrepair/fleetrepair/controller/store"
 )
@@ -95,6 +96,13 @@ type Config struct {
 	// ApprovalTTL is how long a repair waits for on-call approval before it
 	// expires (default 24h).
 	ApprovalTTL time.Duration
+	// Events writes the Kubernetes Events of the repairs' steps on their
+	// Nodes and NodeClaims: quarantine, deletion and every hold (nil:
+	// none; the diagnoses' own Events are written regardless).
+	Events *kube.Events
+	// Lifecycle are the graces after which a NodeClaim in a transitional
+	// lifecycle state is stuck (zero fields: lifecycle.DefaultGraces).
+	Lifecycle lifecycle.Graces
 	// Crash is fault injection for the HA tests and the fault suite
 	// (test/load): when it returns true at a named point (CrashPoints) the
 	// reconciler stops right there, as a killed process would. Nil in
@@ -156,6 +164,12 @@ type Reconciler struct {
 
 	// released counts breaker-held repairs released in the current pass.
 	released int
+	// stuckTold is, per cluster, the NodeClaims TellStuck told and in which
+	// stuck state.
+	stuckTold map[string]map[string]string
+	// claims holds each cluster's classified NodeClaims of the last pass.
+	claims     map[string]claimSnapshot
+	claimGauge *prometheus.GaugeVec
 
 	breakersOpen       prometheus.Gauge
 	timeToReplace      prometheus.Histogram
@@ -240,10 +254,12 @@ func New(cfg Config) (*Reconciler, error) {
 		replacementsFailed: prometheus.NewCounter(prometheus.CounterOpts{Name: "fleetrepair_replacements_failed_total",
 			Help: "Replacements not Ready and healthy within the verify timeout."}),
 		nodeConditions: newConditionsGauge(),
+		claimGauge:     nodeClaimGauge(),
 	}
 	var qm workqueue.MetricsProvider
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{r.reconciles, r.deletions, r.transitions, r.breakersOpen, r.timeToReplace, r.replacementsFailed, r.forwardDropped, r.nodeConditions} {
+		for _, c := range []prometheus.Collector{r.reconciles, r.deletions, r.transitions, r.breakersOpen, r.timeToReplace, r.replacementsFailed, r.forwardDropped, r.nodeConditions, r.claimGauge,
+			newLeaderCollector(r)} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("register repair metrics: %w", err)
 			}
@@ -331,6 +347,12 @@ func (r *Reconciler) ReconcileNode(ctx context.Context, cluster, node string) er
 		return err
 	}
 	head := diagnose.Headline(ds)
+	if head.Severity == catalog.SeverityCondition && !hasOpen && leaving(info.Lifecycle(now, r.cfg.Lifecycle)) {
+		// Already leaving: Karpenter drains and removes it. A repair would
+		// only send a second delete (c27); the diagnoses and their Events
+		// stay visible.
+		return r.recordEvents(ctx, k, node, events, now)
+	}
 	if head.Severity != catalog.SeverityCondition {
 		err = r.healthy(ctx, k, node, head, open, hasOpen, now)
 	} else {
@@ -495,6 +517,7 @@ func (r *Reconciler) advance(ctx context.Context, k *kube.Cluster, info kube.Nod
 				return err
 			}
 			f.BreakerAllows = ok
+			f.Resumed = func() (string, string, bool) { return r.resumeOf(ctx, sn, row.Since) }
 		}
 		next, err := r.carry(ctx, k, sn, rp, decide.Step(row, head, f, now), now)
 		if err != nil {
@@ -537,8 +560,11 @@ func (r *Reconciler) takeRelease() bool {
 // step records the transition next (decide.Transition) of rp.
 func (r *Reconciler) step(ctx context.Context, rp store.Repair, next decide.Next, now time.Time) (store.Repair, error) {
 	var mutate func(*store.Repair)
-	if len(next.Set) > 0 || next.ExecutedAction != "" {
+	_, waiting := rp.Detail["waiting_on"]
+	if len(next.Set) > 0 || next.ExecutedAction != "" || waiting {
 		mutate = func(x *store.Repair) {
+			delete(x.Detail, "waiting_on") // a new state: a hold is recorded again when it recurs (x.Detail is a copy)
+			delete(x.Detail, "waiting_why")
 			for k, v := range next.Set {
 				x.Detail = with(x.Detail, k, v)
 			}
@@ -556,6 +582,7 @@ func (r *Reconciler) step(ctx context.Context, rp store.Repair, next decide.Next
 		return rp, err
 	}
 	r.transitions.WithLabelValues(string(next.To)).Inc()
+	r.tellTransition(out, next)
 	r.log.InfoContext(ctx, "repair transition", "cluster", rp.Cluster, "node", rp.Node, "repair", rp.ID,
 		"from", rp.State, "to", next.To, "why", next.Why)
 	if r.crash("after-" + string(next.To)) {
@@ -602,9 +629,14 @@ func (r *Reconciler) execute(ctx context.Context, k *kube.Cluster, sn heldNode, 
 		r.log.WarnContext(ctx, "repair held by the kill switch", "cluster", rp.Cluster, "node", rp.Node, "repair", rp.ID)
 	case errors.Is(err, decide.ErrBudgetExceeded):
 		r.log.WarnContext(ctx, "repair held by budget", "cluster", rp.Cluster, "node", rp.Node, "repair", rp.ID, "err", err)
+	case errors.Is(err, decide.ErrDoNotDisrupt), errors.Is(err, decide.ErrOptedOut):
+		r.log.InfoContext(ctx, "repair held by the node's owners", "cluster", rp.Cluster, "node", rp.Node, "repair", rp.ID, "err", err)
 	}
 	if after.Retry == "breakers" {
 		r.EvaluateSoon() // retried once the breakers are evaluated again
+	}
+	if after.Hold != "" {
+		return rp, r.held(ctx, rp, after.Hold, err)
 	}
 	if after.Kind == decide.Transition {
 		return r.step(ctx, rp, after, now)
@@ -648,6 +680,8 @@ func (r *Reconciler) deleting(ctx context.Context, k *kube.Cluster, rp store.Rep
 		}
 		if issued {
 			r.deletions.WithLabelValues(rp.Cluster, "false").Inc()
+			r.tell(rp, kube.Event{Type: corev1.EventTypeNormal, Reason: ReasonNodeClaimDeleted, Action: ActionDeleteNodeClaim,
+				Note: fmt.Sprintf("deleted NodeClaim %s (uid %s); Karpenter drains the node and launches its replacement", rp.NodeClaim, rp.NodeClaimUID)})
 			r.log.InfoContext(ctx, "nodeclaim deleted", "cluster", rp.Cluster, "node", rp.Node, "nodeclaim", rp.NodeClaim, "repair", rp.ID)
 		}
 		if gone, err = k.NodeClaimGone(ctx, rp.NodeClaim, uid); err != nil {

@@ -36,8 +36,12 @@ type node struct {
 	attrs              map[string]string
 	inventory          int           // GPUs in the newest heartbeat (diagnose.Input.InventoryGPUs)
 	gpus               []finding.GPU // the newest heartbeat's GPU list (diagnose.Input.Inventory)
-	joinAt             time.Time
-	joined             bool
+	// owners is the owners' word on disrupting the node, as the live
+	// deletion guard last recorded it (store.Node OptOut, DoNotDisrupt):
+	// the replay applies it to the whole range.
+	owners decide.Disruption
+	joinAt time.Time
+	joined bool
 
 	fs        []timed // every loaded finding, in the store's order (at never decreases)
 	truncated bool
@@ -78,7 +82,8 @@ func newNode(sn store.Node, labels []string) *node {
 		inv, gpus = max(sn.Heartbeat.GPUCount, len(sn.Heartbeat.GPUs)), sn.Heartbeat.GPUs
 	}
 	return &node{cluster: sn.Cluster, name: sn.Name, key: sn.Cluster + "/" + sn.Name, pool: sn.NodePool,
-		hasNodeClaim: sn.NodeClaim != "", attrs: attrs, inventory: inv, gpus: gpus, joinAt: sn.CreatedAt, head: diagnose.Headline(nil)}
+		hasNodeClaim: sn.NodeClaim != "", attrs: attrs, inventory: inv, gpus: gpus, joinAt: sn.CreatedAt, head: diagnose.Headline(nil),
+		owners: decide.Disruption{OptOut: sn.OptOut, DoNotDisrupt: sn.DoNotDisrupt}}
 }
 
 func (n *node) bnode() breaker.Node { return breaker.Node{Name: n.key, Attrs: n.attrs} }
@@ -94,6 +99,7 @@ type openRepair struct {
 	approval   int       // index of its Approval in the report, -1 for none
 	releasedBy bool      // released by the controller: the breaker guard applies again
 	delayed    bool      // a budget delay was reported
+	waitingOn  string    // the owners' hold (decide.HoldDoNotDisrupt, HoldOptOut) on the deletion, "" none
 }
 
 type arrival struct {
@@ -566,6 +572,12 @@ func (r *replay) execute(n *node, rp *openRepair, g decide.Next, now time.Time) 
 	case after.Kind == decide.Transition && after.To == ledger.AwaitingApproval:
 		r.hold(n, rp, now, WhyBreaker, catalog.ActionReplace, after.Why)
 		return
+	case after.Hold == decide.HoldDoNotDisrupt || after.Hold == decide.HoldOptOut:
+		if rp.waitingOn == "" {
+			r.counts(rp.reason).OwnersHeld++
+		}
+		rp.waitingOn = after.Hold
+		return // retried on the next pass, as live
 	case err != nil:
 		return // kill switch or stale state: never in a replay
 	}
@@ -604,6 +616,7 @@ func (r *replay) guards(n *node, now time.Time, humanApproved bool) decide.Guard
 			InFlight:                  inFlight,
 			NodePoolDeletionsLastHour: len(pruneBefore(r.poolDeletedAt, pool, now.Add(-time.Hour)))},
 		Breakers: r.cfg.Breaker != nil, State: r.bstate, Node: n.bnode(), HumanApproved: humanApproved,
+		Disruption: n.owners,
 	}
 	if g.Budget.MinHealthy > 0 {
 		healthy := 0
@@ -697,6 +710,8 @@ func (r *replay) finish() {
 				TolerationStartedAt: rp.tolStart, TolerationUntil: rp.tolUntil}
 			if rp.state == ledger.AwaitingApproval {
 				o.HeldBy = rp.heldBy
+			} else {
+				o.WaitingOn = rp.waitingOn
 			}
 			r.out.Open = append(r.out.Open, o)
 		}

@@ -339,6 +339,10 @@ type Open struct {
 	TolerationUntil     time.Time `json:"tolerationUntil"`
 	// HeldBy is WhyBreaker or WhyActionNotExecutable while awaiting approval.
 	HeldBy string `json:"heldBy,omitempty"`
+	// WaitingOn is the node's owners' hold on the deletion after the
+	// toleration (decide.HoldDoNotDisrupt "do-not-disrupt", HoldOptOut
+	// "opt-out"), as the controller last recorded it for the node.
+	WaitingOn string `json:"waitingOn,omitempty"`
 }
 
 // ReasonCounts is what happened to one reason's repairs.
@@ -351,7 +355,10 @@ type ReasonCounts struct {
 	HeldByBreaker int `json:"heldByBreaker"`
 	NotExecutable int `json:"notExecutable"`
 	BudgetDelayed int `json:"budgetDelayed"`
-	Failed        int `json:"failed"`
+	// OwnersHeld counts repairs whose deletion the node's owners held
+	// (karpenter.sh/do-not-disrupt, fleetrepair.dev/repair=disabled).
+	OwnersHeld int `json:"ownersHeld"`
+	Failed     int `json:"failed"`
 	// Resolved counts repairs whose condition cleared before any deletion.
 	Resolved int `json:"resolved"`
 	Expired  int `json:"expired"`

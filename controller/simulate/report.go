@@ -148,6 +148,9 @@ type OpenRepair struct {
 	HeldBy string `json:"heldBy,omitempty"`
 	// Waiting: the toleration is over and the deletion budget delays it.
 	Waiting bool `json:"waiting,omitempty"`
+	// WaitingOn: the toleration is over and the node's owners hold the
+	// deletion ("do-not-disrupt", "opt-out").
+	WaitingOn string `json:"waitingOn,omitempty"`
 }
 
 // Unrepaired is a broken node still broken at the end.

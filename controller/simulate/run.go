@@ -245,6 +245,7 @@ type simRepair struct {
 	heldBy     string
 	releasedBy string
 	since      time.Time // when it entered state (the approval expiry clock)
+	waitingOn  string    // the owners' hold on the deletion (decide.HoldDoNotDisrupt, HoldOptOut), "" none
 }
 
 // Repair model states.
@@ -253,6 +254,7 @@ const (
 	stateApproval   = "awaiting_approval" // recommended action not executable: on-call decides
 	stateHeld       = "held"              // held by a breaker (fleetrepair) or a baseline's rule
 	stateBudget     = "budget"            // held by the deletions-per-hour budget
+	stateOwners     = "owners"            // held by the node's owners (do-not-disrupt, opt-out)
 	stateDeleting   = "deleting"          // NodeClaim deleted, replacement not ready yet
 )
 
@@ -989,6 +991,7 @@ func (r *replay) guard(n *simNode, t time.Duration, now time.Time, g decide.Next
 	}
 	err := decide.Deletion(decide.Guards{Budget: budget, Counts: counts,
 		Breakers: r.cfg.Breaker.Enabled, State: r.bstate, Node: breaker.Node{Name: n.name, Attrs: n.attrs}, HumanApproved: g.HumanApproved,
+		Disruption: simOwners(n),
 	}, now)
 	after, _ := decide.AfterGuard(g, err)
 	switch {
@@ -1003,7 +1006,26 @@ func (r *replay) guard(n *simNode, t time.Duration, now time.Time, g decide.Next
 	case errors.Is(err, decide.ErrBudgetExceeded), errors.Is(err, decide.ErrMinHealthy):
 		r.hold(n, t, err.Error())
 		n.state = stateBudget
+	case after.Hold == decide.HoldDoNotDisrupt || after.Hold == decide.HoldOptOut:
+		r.hold(n, t, err.Error())
+		n.state, n.rp.waitingOn = stateOwners, after.Hold
 	}
+}
+
+// simOwners is a simulated node's owners' word on disrupting it: the
+// attributes karpenter.sh/do-not-disrupt ("true") and
+// fleetrepair.dev/repair ("disabled"), set in a NodePool's attrs or by a
+// change step (docs/simulator.md), stand for the annotation and the label
+// the live controller reads from the Node, its NodeClaim, NodePool and Pods.
+func simOwners(n *simNode) decide.Disruption {
+	var d decide.Disruption
+	if decide.OptedOut(n.attrs) {
+		d.OptOut = "Node " + n.name
+	}
+	if decide.ObjectDoNotDisrupt(n.attrs) {
+		d.DoNotDisrupt = "Node " + n.name
+	}
+	return d
 }
 
 // karpenterStep is Karpenter's NodeRepair rule: a node whose condition has
@@ -1132,7 +1154,7 @@ func (r *replay) finish() {
 	for _, n := range r.nodes {
 		if n.rp != nil {
 			r.out.Open = append(r.out.Open, OpenRepair{Node: n.name, State: string(n.rp.state), HeldBy: n.rp.heldBy,
-				Waiting: n.state == stateBudget})
+				Waiting: n.state == stateBudget, WaitingOn: n.rp.waitingOn})
 		}
 		r.endPause(n, r.end, "still held at the end")
 		if hasTruth(n, TruthBroken) {

@@ -183,52 +183,21 @@ func (s *Store) IngestReport(ctx context.Context, r finding.Report, now time.Tim
 	if r.Cluster == "" || r.Node == "" {
 		return IngestResult{}, invalidf("ingest report: cluster and node are required")
 	}
-	n := len(r.Findings)
-	var (
-		ids, bootIDs, detectors, gpuPCIs, devicePCIs = make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
-		xids, counts                                 = make([]int32, 0, n), make([]int32, 0, n)
-		attrs, evidence                              = make([][]byte, 0, n), make([][]byte, 0, n)
-		seqs                                         = make([]int64, 0, n)
-		observed                                     = make([]*time.Time, 0, n)
-		seen                                         = make(map[string]bool, n)
-		since                                        = now
-		err                                          error
-	)
+	rows := newFindingRows(len(r.Findings), now)
 	driver := ""
 	for _, f := range r.Findings {
 		if f.Node != "" && f.Node != r.Node {
 			return IngestResult{}, invalidf("ingest report: finding %s is for node %q, not the report's node %q", f.ID, f.Node, r.Node)
 		}
-		if f.Xid > math.MaxInt32 || f.Count > math.MaxInt32 || f.Xid < math.MinInt32 || f.Count < math.MinInt32 {
-			return IngestResult{}, invalidf("ingest report: finding %s: xid or count out of range", f.ID)
-		}
-		if f.Seq > math.MaxInt64 {
-			return IngestResult{}, invalidf("ingest report: finding %s: seq %d out of range", f.ID, f.Seq)
-		}
 		if f.Detector == finding.DetectorDriverVersion && f.Attr(finding.AttrValue) != "" {
 			driver = f.Attr(finding.AttrValue)
 		}
-		if seen[f.ID] {
-			continue
+		if err := rows.add(f, r.BootID); err != nil {
+			return IngestResult{}, err
 		}
-		seen[f.ID] = true
-		a, err := marshalOr(f.Attrs, "{}")
-		if err != nil {
-			return IngestResult{}, invalidf("ingest report: encode attrs of finding %s", f.ID)
-		}
-		e, err := marshalOr(f.Evidence, "[]")
-		if err != nil {
-			return IngestResult{}, invalidf("ingest report: encode evidence of finding %s", f.ID)
-		}
-		boot := f.BootID
-		if boot == "" {
-			boot = r.BootID
-		}
-		ids, detectors, gpuPCIs, devicePCIs = append(ids, f.ID), append(detectors, f.Detector), append(gpuPCIs, f.GPUPCI), append(devicePCIs, f.DevicePCI)
-		bootIDs, xids, counts, seqs = append(bootIDs, boot), append(xids, int32(f.Xid)), append(counts, int32(f.Count)), append(seqs, int64(f.Seq))
-		observed, attrs, evidence = append(observed, nullTime(f.Time)), append(attrs, a), append(evidence, e)
-		since = earliest(since, dedupSince(f.Time, now))
 	}
+	ids := rows.ids
+	var err error
 	var hb []byte
 	kernel := ""
 	if r.Heartbeat != nil {
@@ -257,8 +226,7 @@ func (s *Store) IngestReport(ctx context.Context, r finding.Report, now time.Tim
 	b.Queue(sqlLockNode, r.Cluster, r.Node)
 	b.Queue(upsertNodeSQL, r.Cluster, r.Node, r.BootID, driver, kernel, r.AgentVersion, hb, now, nullTime(r.SentAt))
 	if len(ids) > 0 {
-		b.Queue(sqlInsertFindings, r.Cluster, r.Node, now,
-			ids, bootIDs, detectors, gpuPCIs, devicePCIs, xids, counts, attrs, evidence, seqs, observed, since, now.Add(DedupClockSkew))
+		rows.queue(b, r.Cluster, r.Node)
 	}
 	var res IngestResult
 	err = func() error {
@@ -286,6 +254,63 @@ func (s *Store) IngestReport(ctx context.Context, r finding.Report, now time.Tim
 	}
 	s.clusters.Store(r.Cluster, true) // cluster rows are never deleted
 	return res, nil
+}
+
+// findingRows are the columns of findings to insert for one node, as
+// sqlInsertFindings takes them.
+type findingRows struct {
+	now                                          time.Time
+	ids, bootIDs, detectors, gpuPCIs, devicePCIs []string
+	xids, counts                                 []int32
+	attrs, evidence                              [][]byte
+	seqs                                         []int64
+	observed                                     []*time.Time
+	seen                                         map[string]bool
+	since                                        time.Time
+}
+
+func newFindingRows(n int, now time.Time) *findingRows {
+	return &findingRows{now: now, since: now, seen: make(map[string]bool, n),
+		ids: make([]string, 0, n), bootIDs: make([]string, 0, n), detectors: make([]string, 0, n), gpuPCIs: make([]string, 0, n),
+		devicePCIs: make([]string, 0, n), xids: make([]int32, 0, n), counts: make([]int32, 0, n), attrs: make([][]byte, 0, n),
+		evidence: make([][]byte, 0, n), seqs: make([]int64, 0, n), observed: make([]*time.Time, 0, n)}
+}
+
+// add appends f (its boot ID, else boot), once per ID; an error wraps
+// ErrInvalid for a value no column can hold.
+func (w *findingRows) add(f finding.Finding, boot string) error {
+	if f.Xid > math.MaxInt32 || f.Count > math.MaxInt32 || f.Xid < math.MinInt32 || f.Count < math.MinInt32 {
+		return invalidf("ingest report: finding %s: xid or count out of range", f.ID)
+	}
+	if f.Seq > math.MaxInt64 {
+		return invalidf("ingest report: finding %s: seq %d out of range", f.ID, f.Seq)
+	}
+	if w.seen[f.ID] {
+		return nil
+	}
+	w.seen[f.ID] = true
+	a, err := marshalOr(f.Attrs, "{}")
+	if err != nil {
+		return invalidf("ingest report: encode attrs of finding %s", f.ID)
+	}
+	e, err := marshalOr(f.Evidence, "[]")
+	if err != nil {
+		return invalidf("ingest report: encode evidence of finding %s", f.ID)
+	}
+	if f.BootID != "" {
+		boot = f.BootID
+	}
+	w.ids, w.detectors, w.gpuPCIs, w.devicePCIs = append(w.ids, f.ID), append(w.detectors, f.Detector), append(w.gpuPCIs, f.GPUPCI), append(w.devicePCIs, f.DevicePCI)
+	w.bootIDs, w.xids, w.counts, w.seqs = append(w.bootIDs, boot), append(w.xids, int32(f.Xid)), append(w.counts, int32(f.Count)), append(w.seqs, int64(f.Seq))
+	w.observed, w.attrs, w.evidence = append(w.observed, nullTime(f.Time)), append(w.attrs, a), append(w.evidence, e)
+	w.since = earliest(w.since, dedupSince(f.Time, w.now))
+	return nil
+}
+
+// queue queues the insert of the rows as findings of cluster/node.
+func (w *findingRows) queue(b *pgx.Batch, cluster, node string) {
+	b.Queue(sqlInsertFindings, cluster, node, w.now, w.ids, w.bootIDs, w.detectors, w.gpuPCIs, w.devicePCIs, w.xids, w.counts,
+		w.attrs, w.evidence, w.seqs, w.observed, w.since, w.now.Add(DedupClockSkew))
 }
 
 // dedupSince is the earliest received_at the first copy of a finding

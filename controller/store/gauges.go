@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/fleetrepair/fleetrepair/controller/decide"
 	"github.com/fleetrepair/fleetrepair/controller/ledger"
 )
 
@@ -80,4 +81,81 @@ func (s *Store) AgentCounts(ctx context.Context, reportingSince, silentSince tim
 		}
 	}
 	return kept, nil
+}
+
+// BudgetRemaining is what is left of one deletion budget now, for the
+// fleetrepair_deletion_budget_remaining gauge: Budget is one of the
+// decide.Budget* names (deletions_per_hour per cluster, NodePool "";
+// nodepool_deletions_per_hour and max_in_flight_per_nodepool per NodePool),
+// Limit the configured budget, Used what BeginDeletion would count against
+// it now (real repairs only: dry-run repairs have budgets of their own).
+// Remaining is max(0, Limit-Used).
+type BudgetRemaining struct {
+	Cluster, NodePool, Budget string
+	Limit, Used, Remaining    int
+}
+
+const sqlDeletionBudgets = `
+WITH hour AS (
+    SELECT r.cluster, r.nodepool,
+           count(DISTINCT a.repair_id) AS any_entry,
+           count(DISTINCT a.repair_id) FILTER (WHERE a.from_state IS DISTINCT FROM 'deleting') AS entered
+    FROM repair_audit a JOIN repairs r ON r.id = a.repair_id
+    WHERE a.to_state = 'deleting' AND a.at > $1 AND NOT r.dry_run
+    GROUP BY 1, 2),
+flight AS (
+    SELECT cluster, nodepool, count(*) AS n FROM repairs WHERE state = 'deleting' AND NOT dry_run GROUP BY 1, 2),
+pools AS (
+    SELECT DISTINCT cluster, nodepool FROM nodes WHERE nodepool <> ''
+    UNION SELECT cluster, nodepool FROM hour
+    UNION SELECT cluster, nodepool FROM flight)
+SELECT c.name, c.deletions_per_hour, c.max_in_flight_per_nodepool, c.nodepool_deletions_per_hour,
+       COALESCE((SELECT sum(h.any_entry) FROM hour h WHERE h.cluster = c.name), 0)::int,
+       COALESCE(p.nodepool, ''), p.nodepool IS NOT NULL,
+       COALESCE(h.entered, 0)::int, COALESCE(f.n, 0)::int
+FROM clusters c
+LEFT JOIN pools p ON p.cluster = c.name
+LEFT JOIN hour h ON h.cluster = c.name AND h.nodepool = p.nodepool
+LEFT JOIN flight f ON f.cluster = c.name AND f.nodepool = p.nodepool
+ORDER BY c.name, p.nodepool`
+
+// DeletionBudgets returns what is left of every deletion budget at now:
+// per cluster its deletions per hour, and per NodePool (those with a node
+// or a deletion stored) its deletions per hour and deletions in flight,
+// counted as BeginDeletion counts them (sorted by cluster, NodePool,
+// budget). It reads one query, for /metrics at every scrape.
+func (s *Store) DeletionBudgets(ctx context.Context, now time.Time) ([]BudgetRemaining, error) {
+	rows, err := s.pool.Query(ctx, sqlDeletionBudgets, now.Add(-time.Hour))
+	if err != nil {
+		return nil, errorf(err, "read deletion budgets")
+	}
+	defer rows.Close()
+	var out []BudgetRemaining
+	seen := map[string]bool{}
+	add := func(cluster, pool, budget string, limit, used int) {
+		out = append(out, BudgetRemaining{Cluster: cluster, NodePool: pool, Budget: budget, Limit: limit, Used: used, Remaining: max(0, limit-used)})
+	}
+	for rows.Next() {
+		var (
+			cluster, pool                     string
+			perHour, inFlightMax, poolPerHour int
+			clusterUsed, poolUsed, inFlight   int
+			hasPool                           bool
+		)
+		if err := rows.Scan(&cluster, &perHour, &inFlightMax, &poolPerHour, &clusterUsed, &pool, &hasPool, &poolUsed, &inFlight); err != nil {
+			return nil, errorf(err, "read deletion budgets")
+		}
+		if !seen[cluster] {
+			seen[cluster] = true
+			add(cluster, "", decide.BudgetDeletionsPerHour, perHour, clusterUsed)
+		}
+		if hasPool {
+			add(cluster, pool, decide.BudgetMaxInFlightPerNodePool, inFlightMax, inFlight)
+			add(cluster, pool, decide.BudgetNodePoolDeletionsPerHour, poolPerHour, poolUsed)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, errorf(err, "read deletion budgets")
+	}
+	return out, nil
 }

@@ -52,6 +52,11 @@ type Node struct {
 	// controller configuration's breaker.labels), as the reconciler last
 	// saw them; nil when none.
 	Labels map[string]string
+	// OptOut and DoNotDisrupt are the owners' word on disrupting the node
+	// as the deletion guard last read it (controller/decide Disruption:
+	// "NodePool gpu", "Pod ml/train-0"; "" none), kept by SetNodeOwners.
+	OptOut       string
+	DoNotDisrupt string
 
 	CreatedAt time.Time
 	UpdatedAt time.Time
@@ -76,7 +81,7 @@ ON CONFLICT (name) DO UPDATE SET nodepool_deletions_per_hour = excluded.nodepool
 	sqlListClusters = `SELECT ` + sqlClusterCols + ` FROM clusters ORDER BY name`
 
 	nodeCols = `cluster, name, boot_id, driver_version, kernel_version, agent_version, heartbeat, last_seen,
-nodepool, zone, instance_type, nodeclaim, created_at, updated_at, labels`
+nodepool, zone, instance_type, nodeclaim, created_at, updated_at, labels, opt_out, do_not_disrupt`
 
 	sqlGetNode = `SELECT ` + nodeCols + ` FROM nodes WHERE cluster = $1 AND name = $2`
 	// $1 = '' lists every cluster.
@@ -198,6 +203,20 @@ func (s *Store) UpsertNodeMeta(ctx context.Context, n Node, now time.Time) (Node
 	return out, nil
 }
 
+const sqlSetNodeOwners = `
+UPDATE nodes SET opt_out = $3, do_not_disrupt = $4, updated_at = $5
+WHERE cluster = $1 AND name = $2 AND (opt_out <> $3 OR do_not_disrupt <> $4)`
+
+// SetNodeOwners records the owners' word on disrupting a node (see
+// Node.OptOut, Node.DoNotDisrupt) as the deletion guard read it at now. An
+// unchanged value, or a node not stored, writes nothing.
+func (s *Store) SetNodeOwners(ctx context.Context, cluster, node, optOut, doNotDisrupt string, now time.Time) error {
+	if _, err := s.pool.Exec(ctx, sqlSetNodeOwners, cluster, node, optOut, doNotDisrupt, now); err != nil {
+		return errorf(err, "set owners of node %s/%s", cluster, node)
+	}
+	return nil
+}
+
 func scanNode(row pgx.CollectableRow) (Node, error) { return scanNodeWith(row) }
 
 // scanNodeWith scans nodeCols followed by the extra columns into extra.
@@ -209,7 +228,8 @@ func scanNodeWith(row pgx.CollectableRow, extra ...any) (Node, error) {
 		labels   []byte
 	)
 	err := row.Scan(append([]any{&n.Cluster, &n.Name, &n.BootID, &n.DriverVersion, &n.KernelVersion, &n.AgentVersion,
-		&hb, &lastSeen, &n.NodePool, &n.Zone, &n.InstanceType, &n.NodeClaim, &n.CreatedAt, &n.UpdatedAt, &labels}, extra...)...)
+		&hb, &lastSeen, &n.NodePool, &n.Zone, &n.InstanceType, &n.NodeClaim, &n.CreatedAt, &n.UpdatedAt, &labels,
+		&n.OptOut, &n.DoNotDisrupt}, extra...)...)
 	if err != nil {
 		return n, err
 	}

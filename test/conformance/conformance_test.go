@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/fleetrepair/fleetrepair/controller/config"
+	"github.com/fleetrepair/fleetrepair/controller/decide"
 	"github.com/fleetrepair/fleetrepair/test/pgtest"
 )
 
@@ -46,6 +47,11 @@ const (
 	// HeldByBreaker / HeldByAction: awaiting on-call approval.
 	HeldByBreaker Outcome = "held:breaker"
 	HeldByAction  Outcome = "held:action"
+	// WaitingDoNotDisrupt / WaitingOptOut: the toleration is over and the
+	// node's owners hold the deletion (karpenter.sh/do-not-disrupt,
+	// fleetrepair.dev/repair=disabled).
+	WaitingDoNotDisrupt Outcome = "waiting:" + decide.HoldDoNotDisrupt
+	WaitingOptOut       Outcome = "waiting:" + decide.HoldOptOut
 )
 
 // Pool is one NodePool: Zones maps zone -> node count; nodes are named
@@ -88,6 +94,11 @@ type Case struct {
 	// the stored node's for the shadow, a change step at 0s in the simulator.
 	Labels map[string]map[string]string
 	Inject []Inject
+	// Owners maps a node to its owners' hold for the whole case
+	// (decide.HoldDoNotDisrupt: live, a Pod on it annotated
+	// karpenter.sh/do-not-disrupt; decide.HoldOptOut: live, the Node
+	// labelled fleetrepair.dev/repair=disabled).
+	Owners map[string]string
 	End    time.Duration
 	// Want is the outcome of each named node; every other node must end
 	// None.
@@ -247,6 +258,31 @@ var Cases = []Case{
 		},
 		End:  15 * time.Minute,
 		Want: map[string]Outcome{"n7": Deleted},
+	},
+	{
+		Name:   "do-not-disrupt holds the deletion, however long; a node without it is replaced",
+		Pools:  []Pool{{Name: "gpu", Prefix: "n", Zones: map[string]int{"z1": 4}}},
+		Owners: map[string]string{"n2": decide.HoldDoNotDisrupt},
+		Inject: []Inject{{At: time.Minute, Nodes: []string{"n2", "n3"}, Findings: []map[string]any{gpuLost}}},
+		End:    45 * time.Minute,
+		Want:   map[string]Outcome{"n2": WaitingDoNotDisrupt, "n3": Deleted},
+	},
+	{
+		Name:   "an opted-out node is never replaced",
+		Pools:  []Pool{{Name: "gpu", Prefix: "n", Zones: map[string]int{"z1": 4}}},
+		Owners: map[string]string{"n1": decide.HoldOptOut},
+		Inject: []Inject{{At: time.Minute, Nodes: []string{"n1"}, Findings: []map[string]any{gpuLost}}},
+		End:    45 * time.Minute,
+		Want:   map[string]Outcome{"n1": WaitingOptOut},
+	},
+	{
+		Name:   "the owners' hold comes before the breaker: on-call is not asked for what the owner holds",
+		Pools:  zoneFleet,
+		Owners: map[string]string{"n1": decide.HoldDoNotDisrupt},
+		Inject: []Inject{{At: time.Minute, Nodes: append(nodeNames("n", 1, 6), "n20"), Findings: []map[string]any{gpuLost}}},
+		End:    20 * time.Minute,
+		Want: map[string]Outcome{"n1": WaitingDoNotDisrupt, "n2": HeldByBreaker, "n3": HeldByBreaker, "n4": HeldByBreaker,
+			"n5": HeldByBreaker, "n6": HeldByBreaker, "n20": Deleted},
 	},
 	{
 		Name: "the deletions-per-hour budget delays the next deletion",

@@ -2,15 +2,19 @@ package conformance
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/fleetrepair/fleetrepair/controller/config"
+	"github.com/fleetrepair/fleetrepair/controller/decide"
 	"github.com/fleetrepair/fleetrepair/controller/diagnose"
 	"github.com/fleetrepair/fleetrepair/controller/kube"
 	"github.com/fleetrepair/fleetrepair/controller/ledger"
@@ -21,7 +25,7 @@ import (
 
 // TestLive runs the rules through the live reconciler: a real PostgreSQL,
 // the controller-runtime fake client with the simulated Karpenter (which
-// replaces a deleted NodeClaim at once), and a fake clock stepped one
+// replaces a deleted NodeClaim after the shadow's in-flight time), and a fake clock stepped one
 // resync at a time. Each pass is what the controller does: the reports due
 // are ingested and their nodes reconciled (the ingest trigger), then the
 // periodic pass evaluates the breakers and reconciles every node that ever
@@ -46,7 +50,9 @@ func live(t *testing.T, c Case) map[string]Outcome {
 	cfg := c.settings(t)
 	st := storedFleet(t, c, cfg)
 	cl := fake.NewClientBuilder().WithScheme(kube.Scheme).WithStatusSubresource(&corev1.Node{}, &karpv1.NodeClaim{}).Build()
-	// A deleted NodeClaim is gone after the replays' in-flight time.
+	// Karpenter replaces a deleted NodeClaim after the replays' in-flight
+	// time (docs/shadow.md "In flight"), so the NodePool's in-flight budget
+	// frees when the replay's does.
 	sim := karpentersim.New(cl, config.DefaultDeletingFor)
 	for _, p := range c.Pools {
 		if err := sim.CreateNodePool(ctx, p.Name); err != nil {
@@ -56,6 +62,11 @@ func live(t *testing.T, c Case) map[string]Outcome {
 	for _, n := range c.nodes() {
 		if err := sim.CreateNode(ctx, karpentersim.NodeSpec{Name: n.name, NodePool: n.pool, Zone: n.zone, InstanceType: "p5.48xlarge", GPUs: 8,
 			Labels: n.labels}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for n, hold := range c.Owners {
+		if err := ownersHold(ctx, cl, n, hold); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -104,6 +115,9 @@ func live(t *testing.T, c Case) map[string]Outcome {
 		for _, n := range due {
 			reconcile(n)
 		}
+		if err := sim.Step(ctx, now); err != nil {
+			t.Fatal(err)
+		}
 		if err := rec.EvaluateBreakers(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -129,7 +143,30 @@ func live(t *testing.T, c Case) map[string]Outcome {
 	return out
 }
 
+// ownersHold puts the owners' hold on a node as Kubernetes carries it: a
+// Pod bound to it annotated karpenter.sh/do-not-disrupt, or the Node
+// labelled fleetrepair.dev/repair=disabled.
+func ownersHold(ctx context.Context, cl client.Client, node, hold string) error {
+	switch hold {
+	case decide.HoldDoNotDisrupt:
+		return cl.Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "train-" + node, Namespace: "ml",
+			Annotations: map[string]string{decide.DoNotDisruptAnnotation: "true"}},
+			Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "train", Image: "train:1"}}}})
+	case decide.HoldOptOut:
+		var n corev1.Node
+		if err := cl.Get(ctx, client.ObjectKey{Name: node}, &n); err != nil {
+			return err
+		}
+		n.Labels[decide.OptOutLabel] = decide.OptOutDisabled
+		return cl.Update(ctx, &n)
+	}
+	return fmt.Errorf("unknown owners' hold %q", hold)
+}
+
 func openOutcome(rp store.Repair, now time.Time) Outcome {
+	if w, _ := rp.Detail["waiting_on"].(string); (w == decide.HoldDoNotDisrupt || w == decide.HoldOptOut) && rp.State != ledger.AwaitingApproval {
+		return Outcome("waiting:" + w)
+	}
 	switch {
 	case rp.State == ledger.AwaitingApproval && rp.Detail["held_by"] == "breaker":
 		return HeldByBreaker

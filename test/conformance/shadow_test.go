@@ -8,6 +8,7 @@ import (
 
 	"github.com/fleetrepair/fleetrepair/agent/finding"
 	"github.com/fleetrepair/fleetrepair/controller/config"
+	"github.com/fleetrepair/fleetrepair/controller/decide"
 	"github.com/fleetrepair/fleetrepair/controller/diagnose"
 	"github.com/fleetrepair/fleetrepair/controller/shadow"
 	"github.com/fleetrepair/fleetrepair/controller/simulate"
@@ -32,6 +33,18 @@ func storedFleet(t *testing.T, c Case, cfg config.Config) *store.Store {
 			t.Fatal(err)
 		}
 		report(t, st, n.name, joined, nil)
+	}
+	// The owners' holds as the live deletion guard records them.
+	for n, hold := range c.Owners {
+		optOut, dnd := "", ""
+		if hold == decide.HoldOptOut {
+			optOut = "Node " + n
+		} else {
+			dnd = "Pod ml/train-" + n
+		}
+		if err := st.SetNodeOwners(ctx, "c1", n, optOut, dnd, joined); err != nil {
+			t.Fatal(err)
+		}
 	}
 	// The budgets of the configuration, as cmd/runner sets them at start.
 	b := cfg.Budgets
@@ -105,6 +118,8 @@ func replayed(t *testing.T, c Case) map[string]Outcome {
 			out[o.Node] = HeldByBreaker
 		case o.HeldBy == shadow.WhyActionNotExecutable:
 			out[o.Node] = HeldByAction
+		case o.WaitingOn != "":
+			out[o.Node] = Outcome("waiting:" + o.WaitingOn)
 		case !t0.Add(c.End).Before(o.TolerationUntil):
 			out[o.Node] = Delayed
 		default:

@@ -8,6 +8,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/fleetrepair/fleetrepair/controller/decide"
 	"github.com/fleetrepair/fleetrepair/controller/ledger"
 	"github.com/fleetrepair/fleetrepair/controller/simulate"
 )
@@ -37,6 +38,13 @@ func simulated(t *testing.T, c Case) map[string]Outcome {
 		for k, v := range n.labels {
 			fmt.Fprintf(&b, "  - {at: 0s, kind: change, select: {nodes: [%q]}, set: {%q: %q}}\n", n.name, k, v)
 		}
+	}
+	for n, hold := range c.Owners { // the owners' holds are node attributes in the simulator
+		set := fmt.Sprintf("%q: \"true\"", decide.DoNotDisruptAnnotation)
+		if hold == decide.HoldOptOut {
+			set = fmt.Sprintf("%q: %q", decide.OptOutLabel, decide.OptOutDisabled)
+		}
+		fmt.Fprintf(&b, "  - {at: 0s, kind: change, select: {nodes: [%q]}, set: {%s}}\n", n, set)
 	}
 	boots := map[string]int{}
 	for _, in := range c.Inject {
@@ -80,6 +88,8 @@ func simulated(t *testing.T, c Case) map[string]Outcome {
 			out[o.Node] = HeldByBreaker
 		case o.State == string(ledger.AwaitingApproval):
 			out[o.Node] = HeldByAction
+		case o.WaitingOn != "":
+			out[o.Node] = Outcome("waiting:" + o.WaitingOn)
 		case o.Waiting:
 			out[o.Node] = Delayed
 		default:

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/awslabs/operatorpkg/status"
 	"github.com/google/uuid"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -107,6 +108,12 @@ func (s *Sim) CreateNode(ctx context.Context, n NodeSpec) error {
 	}
 	nc.Status.NodeName = n.Name
 	nc.Status.ProviderID = providerID
+	// Karpenter's lifecycle conditions of a NodeClaim whose Node came up:
+	// launched, registered and initialized (controller/lifecycle reads them).
+	for _, typ := range []string{karpv1.ConditionTypeLaunched, karpv1.ConditionTypeRegistered, karpv1.ConditionTypeInitialized} {
+		nc.Status.Conditions = append(nc.Status.Conditions, status.Condition{Type: typ, Status: metav1.ConditionTrue,
+			Reason: typ, LastTransitionTime: metav1.Now()})
+	}
 	if err := s.c.Status().Update(ctx, nc); err != nil {
 		return fmt.Errorf("update nodeclaim %s status: %w", ncName, err)
 	}

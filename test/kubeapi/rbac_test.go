@@ -10,6 +10,7 @@ import (
 	authnv1 "k8s.io/api/authentication/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -43,6 +44,8 @@ var wantClusterRules = []rbacv1.PolicyRule{
 	{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch", "patch", "update"}},
 	{APIGroups: []string{""}, Resources: []string{"nodes/status"}, Verbs: []string{"patch"}},
 	{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create"}},
+	{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+	{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list"}},
 	{APIGroups: []string{"karpenter.sh"}, Resources: []string{"nodeclaims"}, Verbs: []string{"get", "list", "watch", "delete"}},
 	{APIGroups: []string{"karpenter.sh"}, Resources: []string{"nodepools"}, Verbs: []string{"get", "list", "watch"}},
 	{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}},
@@ -116,7 +119,9 @@ func testRepairAsController(t *testing.T, env *envtest.Env, sim *karpentersim.Si
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return now }
 	k := kube.New("c1", ctrl)
-	rec, err := repair.New(repair.Config{Store: st, Engine: eng, Clusters: map[string]*kube.Cluster{"c1": k}, Now: clock})
+	events := kube.NewEvents()
+	defer events.Close()
+	rec, err := repair.New(repair.Config{Store: st, Engine: eng, Clusters: map[string]*kube.Cluster{"c1": k}, Now: clock, Events: events})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,6 +181,20 @@ func testRepairAsController(t *testing.T, env *envtest.Env, sim *karpentersim.Si
 	if len(sim.Replacements()) != 1 {
 		t.Fatalf("replacements = %+v, want 1", sim.Replacements())
 	}
+	// The repair's story, written as the controller (events.k8s.io: create).
+	envtest.WaitFor(t, 20*time.Second, "the Quarantined and NodeClaimDeleted Events", func(ctx context.Context) (bool, error) {
+		var evs eventsv1.EventList
+		if err := env.Client.List(ctx, &evs, client.InNamespace(metav1.NamespaceDefault)); err != nil {
+			return false, err
+		}
+		seen := map[string]bool{}
+		for _, e := range evs.Items {
+			if e.ReportingController == kube.ReportingController {
+				seen[e.Regarding.Kind+"/"+e.Reason] = true
+			}
+		}
+		return seen["Node/"+repair.ReasonQuarantined] && seen["NodeClaim/"+repair.ReasonQuarantined] && seen["Node/"+repair.ReasonNodeClaimDeleted], nil
+	})
 
 	// The controller's remaining reads: every node (the interop scan) and
 	// the NodePools, listed and watched.
@@ -332,7 +351,13 @@ func testRefused(t *testing.T, env *envtest.Env, ctrl client.Client) {
 			return ctrl.Get(ctx, client.ObjectKeyFromObject(secret), &corev1.Secret{})
 		}},
 		{"list Secrets", func() error { return ctrl.List(ctx, &corev1.SecretList{}, client.InNamespace(namespace)) }},
-		{"list Pods", func() error { return ctrl.List(ctx, &corev1.PodList{}) }},
+		// Pods are listed (do-not-disrupt, at the deletion guard), never read one by one, changed or deleted.
+		{"get a Pod", func() error {
+			return ctrl.Get(ctx, client.ObjectKey{Namespace: namespace, Name: "p"}, &corev1.Pod{})
+		}},
+		{"delete a Pod", func() error {
+			return ctrl.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: namespace}})
+		}},
 		{"evict a Pod", func() error {
 			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: namespace}}
 			return ctrl.SubResource("eviction").Create(ctx, pod, &policyv1.Eviction{ObjectMeta: pod.ObjectMeta})

@@ -1,11 +1,15 @@
 // Package pgtest gives each test its own fresh PostgreSQL database with the
-// controller's schema migrated, on a real server:
+// controller's schema migrated, on a real server (source.go):
 //
 //   - $DATABASE_URL when set (the role must be allowed to CREATE DATABASE);
-//   - else one throwaway server per test binary, started on first use from
-//     the local PostgreSQL server binaries (test/pgtemp) and stopped by Main.
+//   - else, when a Docker engine answers, one PostgreSQL container per test
+//     binary from testcontainers-go's postgres module;
+//   - else one throwaway server per test binary from the local PostgreSQL
+//     server binaries (test/pgtemp).
 //
-// Without either the test fails, naming both options. The schema is migrated
+// The container and the throwaway server start on first use and are
+// stopped by Main. Without any of the three the test fails with a message
+// naming them and why each failed. The schema is migrated
 // once per test binary into a template database; each test gets a copy
 // (CREATE DATABASE ... TEMPLATE, tens of milliseconds), dropped when the test
 // ends. Packages using DSN call Main from their TestMain (without it the
@@ -30,7 +34,6 @@ import (
 	"time"
 
 	"github.com/fleetrepair/fleetrepair/controller/store"
-	"github.com/fleetrepair/fleetrepair/test/pgtemp"
 )
 
 // EnvDatabaseURL names the variable that points the tests at an existing
@@ -40,10 +43,10 @@ const EnvDatabaseURL = "DATABASE_URL"
 var (
 	once     sync.Once
 	initErr  error
-	server   *pgtemp.Server // nil when DATABASE_URL is used
-	adminDSN string         // where CREATE/DROP DATABASE run
-	template string         // migrated template database ("" until first DSN)
-	prefix   string         // per-process prefix of database names
+	running  server // the chosen source, started
+	adminDSN string // where CREATE/DROP DATABASE run
+	template string // migrated template database ("" until first DSN)
+	prefix   string // per-process prefix of database names
 	counter  atomic.Int64
 	tmplOnce sync.Once
 	tmplErr  error
@@ -69,8 +72,8 @@ func Run(m *testing.M) int {
 func shutdown() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if server != nil {
-		return server.Stop()
+	if running.stop != nil {
+		return running.stop()
 	}
 	if template != "" && adminDSN != "" {
 		return store.DropDatabase(ctx, adminDSN, template)
@@ -82,21 +85,20 @@ func setup() {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	prefix = "pgtest_" + strconv.Itoa(os.Getpid()) + "_" + hex.EncodeToString(b[:])
-	if u := os.Getenv(EnvDatabaseURL); u != "" {
-		adminDSN = u
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	s, err := pgtemp.Start(ctx, pgtemp.Options{})
-	if err != nil {
-		initErr = fmt.Errorf("no PostgreSQL for the tests: set %s to a server where the user may CREATE DATABASE, "+
-			"or install the PostgreSQL server binaries (initdb, postgres, pg_ctl; e.g. apt-get install postgresql) "+
-			"and, when running as root, have a `postgres` user to run them as: %w", EnvDatabaseURL, err)
-		return
-	}
-	server = s
-	adminDSN = s.DSN("postgres")
+	src := defaultBackends
+	src.getenv = os.Getenv
+	running, initErr = src.pick(ctx)
+	adminDSN = running.adminDSN
+}
+
+// Using returns where the tests' PostgreSQL comes from, starting it if
+// needed.
+func Using(t testing.TB) Source {
+	t.Helper()
+	AdminDSN(t)
+	return running.source
 }
 
 // AdminDSN returns the DSN of the maintenance database of the test server

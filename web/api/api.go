@@ -28,6 +28,7 @@ import (
 	"github.com/fleetrepair/fleetrepair/controller/catalog"
 	"github.com/fleetrepair/fleetrepair/controller/feed"
 	"github.com/fleetrepair/fleetrepair/controller/ledger"
+	"github.com/fleetrepair/fleetrepair/controller/lifecycle"
 	"github.com/fleetrepair/fleetrepair/controller/store"
 )
 
@@ -102,6 +103,18 @@ type Config struct {
 	// per-agent and token verification rates, shadow reports at once,
 	// security_audit rows per minute); zero fields take the defaults.
 	Limits Limits
+
+	// NodeClaims returns a cluster's NodeClaims as the reconciler's last
+	// periodic pass classified them (repair.Reconciler.NodeClaims), when,
+	// and false when no pass listed the cluster yet. Nil: GET
+	// /api/v1/clusters/{cluster}/nodeclaims answers 503 and the fleet
+	// summary carries no NodeClaim counts.
+	NodeClaims func(cluster string) ([]lifecycle.Claim, time.Time, bool)
+
+	// PeerNodes maps a cluster's Node addresses (InternalIP, ExternalIP)
+	// to Node names, for the peers of job reports named by address
+	// (kube.Cluster.NodeAddresses). Nil: such peers stay unresolved.
+	PeerNodes func(ctx context.Context, cluster string) (map[string]string, error)
 
 	// ApprovalTTL is how long a held repair waits for a decision before it
 	// expires (the reconciler's ApprovalTTL; default 24h),
@@ -193,7 +206,7 @@ func (s *server) routes() http.Handler {
 	r.Use(middleware.RequestID, middleware.Recoverer, clientIP(s.guards.limits.TrustedProxies), securityHeaders)
 	r.Get("/livez", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	r.Get("/readyz", s.readyz)
-	r.Handle("/metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))
+	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))
 	r.Route("/api/v1", func(r chi.Router) {
 		// Ingest is not under the per-source limit: 10,000 agents behind one
 		// NAT, proxy or load balancer share a source address, and the load
@@ -202,7 +215,9 @@ func (s *server) routes() http.Handler {
 		// uncached tokens per source (VerifyRPS), and ingest as a whole by
 		// MaxIngestInFlight.
 		r.With(sameOriginJSON).Post("/reports", s.ingest)
+		r.Get("/openapi.json", serveOpenAPI) // every route here is in it (openapi_test.go)
 		r = r.With(s.sourceLimit())
+		r.With(sameOriginJSON).Post("/job-reports", s.jobReport)
 		// Every read below needs a viewer when operators or a login are
 		// configured (requireViewer); the walk of TestEveryReadNeedsViewer
 		// holds the router to it.
@@ -220,6 +235,7 @@ func (s *server) routes() http.Handler {
 		r.Get("/stats", s.getStats)
 		r.Get("/reasons", s.reasons)
 		r.Get("/clusters", s.listClusters)
+		r.Get("/clusters/{cluster}/nodeclaims", s.getNodeClaims)
 		r.Get("/breakers", s.getBreakers)
 		r.Get("/shadow", s.shadow)
 		r.Get("/events", s.events)
@@ -284,8 +300,19 @@ func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write([]byte("ok\n"))
 }
 
+// TokenHeader carries an operator's (or agent's) token when Authorization
+// cannot: the Kubernetes API server's service proxy (the CLI's kubeconfig
+// contexts, docs/cli.md) authenticates the caller by Authorization and
+// drops it before proxying. Authorization wins when both are sent. A
+// browser cannot send it cross-site without a CORS preflight, which this
+// API never answers.
+const TokenHeader = "X-Fleetrepair-Token"
+
 func bearer(r *http.Request) string {
-	tok, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || strings.TrimSpace(tok) == "" {
+		tok = r.Header.Get(TokenHeader)
+	}
 	return strings.TrimSpace(tok)
 }
 

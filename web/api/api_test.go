@@ -21,7 +21,8 @@ import (
 	"github.com/fleetrepair/fleetrepair/web/api"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+// runTests runs the tests on a throwaway PostgreSQL (TestMain, openapi_test.go).
+func runTests(m *testing.M) int { return pgtest.Run(m) }
 
 type env struct {
 	srv       *httptest.Server

@@ -138,3 +138,34 @@ func TestBreakerActions(t *testing.T) {
 		t.Fatalf("breakers = %+v", v)
 	}
 }
+
+// TestTokenHeader: X-Fleetrepair-Token carries an operator token where
+// Authorization cannot (the Kubernetes API server's proxy drops it);
+// Authorization wins when both are sent.
+func TestTokenHeader(t *testing.T) {
+	e, srv := opsEnv(t)
+	seedFleet(t, e.st)
+	send := func(hdr map[string]string) int {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/api/v1/repairs/1/reject", strings.NewReader(`{"reason":"via the proxy"}`))
+		req.Header.Set("Content-Type", "application/json")
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := send(map[string]string{"Authorization": "Bearer viewer-token", api.TokenHeader: "approver-token"}); code != http.StatusForbidden {
+		t.Errorf("viewer Authorization with an approver header: %d, want 403 (Authorization wins)", code)
+	}
+	if code := send(map[string]string{api.TokenHeader: "approver-token"}); code != http.StatusOK {
+		t.Errorf("approver token in %s: %d, want 200", api.TokenHeader, code)
+	}
+	audit, err := e.st.RepairAudit(context.Background(), 1)
+	if err != nil || audit[len(audit)-1].Actor != "user:otto" || audit[len(audit)-1].Reason != "via the proxy" {
+		t.Errorf("audit %+v (%v), want the rejection by user:otto", audit, err)
+	}
+}

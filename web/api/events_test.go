@@ -45,7 +45,8 @@ func TestEveryReadNeedsViewer(t *testing.T) {
 	st := pgtest.Store(t)
 	open := map[string]string{
 		"/livez": "kubelet probe", "/readyz": "kubelet probe",
-		"/metrics": "Prometheus scrape: counters and gauges, no history",
+		"/metrics":             "Prometheus scrape: counters and gauges, no history",
+		"/api/v1/openapi.json": "the API's description, no history",
 	}
 	viewer := auth.Operator{Name: "vera", Role: auth.RoleViewer}
 	for _, tc := range []struct {

@@ -27,6 +27,8 @@ const AgentSilentWindow = time.Hour
 //	fleetrepair_kill_switch                      1 while the kill switch is on
 //	fleetrepair_agents_reporting{cluster}        agents that reported within StaleAfter
 //	fleetrepair_agents_silent{cluster}           agents silent for StaleAfter .. AgentSilentWindow
+//	fleetrepair_deletion_budget_remaining{cluster,nodepool,budget}
+//	                                             deletions a budget still allows now (nodepool "" for the cluster's)
 //	fleetrepair_metrics_store_up                 0 when the store could not be read for this scrape
 //	fleetrepair_build_info{version,goversion}    1
 //
@@ -35,8 +37,8 @@ const AgentSilentWindow = time.Hour
 type gauges struct {
 	s *server
 
-	repairs, breakerOpen, killSwitch, reporting, silent, storeUp, buildInfo *prometheus.Desc
-	version, goVersion                                                      string
+	repairs, breakerOpen, killSwitch, reporting, silent, storeUp, buildInfo, budgetLeft *prometheus.Desc
+	version, goVersion                                                                  string
 }
 
 func newGauges(s *server) *gauges {
@@ -50,6 +52,10 @@ func newGauges(s *server) *gauges {
 			[]string{"cluster"}, nil),
 		silent: prometheus.NewDesc("fleetrepair_agents_silent", "Agents silent for longer than the stale bound but heard from within the last hour, by cluster.",
 			[]string{"cluster"}, nil),
+		budgetLeft: prometheus.NewDesc("fleetrepair_deletion_budget_remaining",
+			"NodeClaim deletions a budget still allows now: budget deletions_per_hour (per cluster, nodepool empty), "+
+				"nodepool_deletions_per_hour and max_in_flight_per_nodepool (per NodePool); real repairs only, as the deletion guard counts them.",
+			[]string{"cluster", "nodepool", "budget"}, nil),
 		storeUp: prometheus.NewDesc("fleetrepair_metrics_store_up", "1 when this scrape could read the repair, breaker and agent state from PostgreSQL.", nil, nil),
 		buildInfo: prometheus.NewDesc("fleetrepair_build_info", "The controller's build: module version and Go version.",
 			[]string{"version", "goversion"}, nil),
@@ -65,7 +71,7 @@ func newGauges(s *server) *gauges {
 }
 
 func (g *gauges) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{g.repairs, g.breakerOpen, g.killSwitch, g.reporting, g.silent, g.storeUp, g.buildInfo} {
+	for _, d := range []*prometheus.Desc{g.repairs, g.breakerOpen, g.killSwitch, g.reporting, g.silent, g.storeUp, g.buildInfo, g.budgetLeft} {
 		ch <- d
 	}
 }
@@ -123,6 +129,13 @@ func (g *gauges) collect(ctx context.Context) ([]prometheus.Metric, error) {
 		ms = append(ms,
 			prometheus.MustNewConstMetric(g.reporting, prometheus.GaugeValue, float64(c.Reporting), c.Cluster),
 			prometheus.MustNewConstMetric(g.silent, prometheus.GaugeValue, float64(c.Silent), c.Cluster))
+	}
+	budgets, err := st.DeletionBudgets(ctx, now)
+	if err != nil {
+		return nil, err
+	}
+	for _, b := range budgets {
+		ms = append(ms, prometheus.MustNewConstMetric(g.budgetLeft, prometheus.GaugeValue, float64(b.Remaining), b.Cluster, b.NodePool, b.Budget))
 	}
 	return ms, nil
 }

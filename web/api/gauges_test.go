@@ -115,6 +115,23 @@ fleetrepair_repairs{cluster="c1",held_by="breaker",state="awaiting_approval"} 2
 		t.Fatal(err)
 	}
 
+	// Budgets left: every cluster's deletions per hour, and a NodePool's
+	// budgets once one of its nodes is stored (the schema's defaults: 10 per
+	// hour per cluster, 1 in flight and 5 per hour per NodePool).
+	if _, err := st.UpsertNodeMeta(ctx, store.Node{Cluster: "c2", Name: "m1", NodePool: "gpu"}, now); err != nil {
+		t.Fatal(err)
+	}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP fleetrepair_deletion_budget_remaining NodeClaim deletions a budget still allows now: budget deletions_per_hour (per cluster, nodepool empty), nodepool_deletions_per_hour and max_in_flight_per_nodepool (per NodePool); real repairs only, as the deletion guard counts them.
+# TYPE fleetrepair_deletion_budget_remaining gauge
+fleetrepair_deletion_budget_remaining{budget="deletions_per_hour",cluster="c1",nodepool=""} 10
+fleetrepair_deletion_budget_remaining{budget="deletions_per_hour",cluster="c2",nodepool=""} 10
+fleetrepair_deletion_budget_remaining{budget="max_in_flight_per_nodepool",cluster="c2",nodepool="gpu"} 1
+fleetrepair_deletion_budget_remaining{budget="nodepool_deletions_per_hour",cluster="c2",nodepool="gpu"} 5
+`), "fleetrepair_deletion_budget_remaining"); err != nil {
+		t.Fatal(err)
+	}
+
 	// A store that cannot be read: the state gauges are absent (an alert on
 	// them neither fires nor resolves) and fleetrepair_metrics_store_up is 0.
 	st.Close()

@@ -15,6 +15,7 @@ import (
 	"github.com/fleetrepair/fleetrepair/controller/breaker"
 	"github.com/fleetrepair/fleetrepair/controller/catalog"
 	"github.com/fleetrepair/fleetrepair/controller/ledger"
+	"github.com/fleetrepair/fleetrepair/controller/lifecycle"
 	"github.com/fleetrepair/fleetrepair/controller/store"
 )
 
@@ -269,6 +270,11 @@ type FleetCluster struct {
 	Nodes                    int             `json:"nodes"`
 	Failing                  int             `json:"failing"`
 	Unknown                  int             `json:"unknown"`
+	// NodeClaims counts the cluster's NodeClaims by lifecycle state and
+	// lists up to MaxFleetStuckClaims stuck ones (GET
+	// /api/v1/clusters/{cluster}/nodeclaims has them all); nil before the
+	// first periodic pass listed the cluster.
+	NodeClaims *NodeClaimList `json:"nodeClaims,omitempty"`
 }
 
 // FleetNodePool counts one NodePool's nodes by health and its open repairs.
@@ -333,6 +339,11 @@ func (sv *Service) Fleet(ctx context.Context) (Fleet, error) {
 			fc.Nodes, fc.Failing, fc.Unknown = fc.Nodes+np.Nodes, fc.Failing+np.Failing, fc.Unknown+np.Unknown
 			out.AwaitingApproval += np.AwaitingApproval
 			fc.NodePools = append(fc.NodePools, np)
+		}
+		if claims, at, ok := s.nodeClaimStates(cs.Name); ok {
+			l := nodeClaimList(cs.Name, claims, at, func(c lifecycle.Claim) bool { return c.Stuck })
+			l.Items = l.Items[:min(len(l.Items), MaxFleetStuckClaims)]
+			fc.NodeClaims = &l
 		}
 		out.Clusters = append(out.Clusters, fc)
 	}

@@ -76,7 +76,7 @@ func TestShadowNeedsViewer(t *testing.T) {
 	t.Parallel()
 	st := pgtest.Store(t)
 	var calls atomic.Int32
-	srv := shadowServer(t, st, func(context.Context, time.Time, time.Time) (any, error) { calls.Add(1); return struct{}{}, nil })
+	srv := shadowServer(t, st, func(context.Context, time.Time, time.Time) (any, error) { calls.Add(1); return &shadow.Report{}, nil })
 	q := url.Values{"since": {shadowNow.Add(-time.Hour).Format(time.RFC3339)}}
 	for _, tok := range []string{"", "wrong"} {
 		if code, body, _ := getShadowAs(srv, tok, q); code != http.StatusUnauthorized {
@@ -103,7 +103,7 @@ func TestShadowConcurrencyLimit(t *testing.T) {
 		started <- struct{}{}
 		<-unblock
 		running.Add(-1)
-		return struct{}{}, nil
+		return &shadow.Report{}, nil
 	})
 	q := url.Values{"since": {shadowNow.Add(-time.Hour).Format(time.RFC3339)}}
 	tokens := []string{viewerToken, viewerToken, viewerToken + "2", viewerToken + "2", viewerToken + "3", viewerToken + "3"}
@@ -153,7 +153,7 @@ func TestShadowRange(t *testing.T) {
 		if until.Sub(since) > 31*24*time.Hour {
 			return nil, fmt.Errorf("shadow report: range %s is longer than the maximum 744h0m0s: %w", until.Sub(since), store.ErrInvalid)
 		}
-		return map[string]any{"since": since, "until": until}, nil
+		return &shadow.Report{Since: since, Until: until}, nil
 	})
 	week := shadowNow.Add(-168 * time.Hour).Format(time.RFC3339)
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/fleetrepair/fleetrepair/controller/auth"
 	"github.com/fleetrepair/fleetrepair/controller/catalog"
+	"github.com/fleetrepair/fleetrepair/controller/lifecycle"
 	"github.com/fleetrepair/fleetrepair/controller/store"
 	"github.com/fleetrepair/fleetrepair/test/pgtest"
 	"github.com/fleetrepair/fleetrepair/web/api"
@@ -147,5 +148,53 @@ func TestHistoryPage(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), `id="chart-data">{"days":[`) || !strings.Contains(string(b), "no repairs in the range") {
 		t.Fatalf("history: %d\n%s", resp.StatusCode, b)
+	}
+}
+
+// TestFleetPageShowsStuckNodeClaims: the fleet page lists a cluster's
+// stuck NodeClaims (state, for how long, why) and its lifecycle counts.
+func TestFleetPageShowsStuckNodeClaims(t *testing.T) {
+	st := pgtest.Store(t)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	now := time.Now()
+	claims := []lifecycle.Claim{
+		{Cluster: "c1", Name: "gpu-7-nc", Node: "gpu-7", State: lifecycle.StateStuckTerminating, Stuck: true, For: "7d 2h",
+			Detail: "deletion pending 7d 2h; finalizers [karpenter.sh/termination]"},
+		{Cluster: "c1", Name: "gpu-1-nc", Node: "gpu-1", State: lifecycle.StateActive},
+	}
+	svc, err := api.New(api.Config{Store: st, Catalog: catalog.Default(), Clusters: []string{"c1"}, Log: log,
+		NodeClaims: func(string) ([]lifecycle.Claim, time.Time, bool) { return claims, now, true }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := ui.Handler(ui.Config{API: svc, APIHandler: svc.Handler(), DevLogin: true, Log: log,
+		Sessions: auth.NewSessions(st.Sessions(nil), time.Hour, time.Hour, false)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	c := client(t)
+	if code, _ := post(t, c, srv.URL+"/auth/dev", url.Values{"name": {"a"}, "role": {"viewer"}}); code != http.StatusOK {
+		t.Fatalf("login: %d", code)
+	}
+	resp, err := c.Get(srv.URL + "/fleet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	page := string(b)
+	for _, want := range []string{`data-nodeclaim="gpu-7-nc" data-state="stuck-terminating"`, "7d 2h", "karpenter.sh/termination",
+		`data-state="active">active 1`, `data-state="stuck-terminating">stuck-terminating 1`} {
+		if !strings.Contains(page, want) {
+			t.Errorf("fleet page lacks %q", want)
+		}
+	}
+	if strings.Contains(page, `data-nodeclaim="gpu-1-nc"`) {
+		t.Error("an active NodeClaim is listed as stuck")
+	}
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("fleet: %d", resp.StatusCode)
 	}
 }

@@ -205,7 +205,10 @@ type Options struct {
 	// BootTime, when set, places kernel records that carry only a time since
 	// boot (dmesg "[7510.129324]", /dev/kmsg) in wall-clock time: BootTime
 	// plus their monotonic timestamp. Records with a wall-clock time of their
-	// own keep it; without BootTime such records stay untimed (zero Time).
+	// own keep it. Without BootTime, the boot time is read from the input
+	// when it holds one (SniffBootTime: a btime, "uptime -s" or "who -b"
+	// line, or a record with both times); else such records stay untimed
+	// (zero Time, counted in Result.Untimed).
 	BootTime time.Time
 }
 
@@ -220,6 +223,15 @@ type Result struct {
 	// Kernel holds the kernel parser's and detector's counters for a kernel
 	// log input; nil otherwise.
 	Kernel *KernelStats
+	// BootTime is the wall-clock time of the input's boot that placed its
+	// records with a time since boot only, and BootTimeSource where it came
+	// from (BootTime* constants); zero and "" when it is unknown.
+	BootTime       time.Time
+	BootTimeSource string
+	// Untimed counts the findings without a time (Finding.Time zero): their
+	// records carried a time since boot only and the boot time is unknown
+	// (give it with Options.BootTime), or none at all.
+	Untimed int
 }
 
 // KernelStats are the counters of a kernel log scan.
@@ -244,7 +256,13 @@ func Scan(ctx context.Context, r io.Reader, f Format, o Options) (Result, error)
 	}
 	res := Result{Format: f}
 	if k, ok := f.Kernel(); ok {
-		return scanKernel(ctx, br, k, o, res)
+		res.BootTime, res.BootTimeSource = o.BootTime, BootTimeFlag
+		if o.BootTime.IsZero() {
+			res.BootTime, res.BootTimeSource = SniffBootTime(head)
+		}
+		res, err := scanKernel(ctx, br, k, o, res)
+		res.Untimed = untimed(res.Findings)
+		return res, err
 	}
 	var (
 		fs  []finding.Finding
@@ -291,7 +309,19 @@ func Scan(ctx context.Context, r io.Reader, f Format, o Options) (Result, error)
 	for _, x := range fs {
 		res.Findings = append(res.Findings, detect.Stamp(x, o.Node, o.BootID))
 	}
+	res.Untimed = untimed(res.Findings)
 	return res, nil
+}
+
+// untimed counts the findings without a time.
+func untimed(fs []finding.Finding) int {
+	n := 0
+	for _, f := range fs {
+		if f.Time.IsZero() {
+			n++
+		}
+	}
+	return n
 }
 
 func scanKernel(ctx context.Context, r io.Reader, format kmsg.Format, o Options, res Result) (Result, error) {
@@ -306,8 +336,8 @@ func scanKernel(ctx context.Context, r io.Reader, format kmsg.Format, o Options,
 		if !ok {
 			break
 		}
-		if rec.Time.IsZero() && rec.Usec >= 0 && !o.BootTime.IsZero() {
-			rec.Time = o.BootTime.Add(time.Duration(rec.Usec) * time.Microsecond).UTC()
+		if rec.Time.IsZero() && rec.Usec >= 0 && !res.BootTime.IsZero() {
+			rec.Time = res.BootTime.Add(time.Duration(rec.Usec) * time.Microsecond).UTC()
 		}
 		events = append(events, d.Feed(rec)...)
 	}

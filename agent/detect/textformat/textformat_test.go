@@ -132,3 +132,53 @@ func TestNotText(t *testing.T) {
 		}
 	}
 }
+
+// TestBootTimeFromInput: a boot time saved with the log (btime of
+// /proc/stat, "uptime -s", "who -b", or a syslog line carrying both
+// times) places dmesg records; the flag wins over the input; the findings
+// of an input without one are counted untimed.
+func TestBootTimeFromInput(t *testing.T) {
+	t.Parallel()
+	xid := "[ 7510.129324] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.\n"
+	boot := time.Date(2026, 2, 2, 20, 47, 1, 0, time.UTC)
+	tests := []struct {
+		name, in, source string
+		opt              time.Time
+		boot             time.Time
+	}{
+		{"btime of /proc/stat", "btime 1770065221\n" + xid, BootTimeBtime, time.Time{}, boot},
+		{"uptime -s", "2026-02-02 20:47:01\n" + xid, BootTimeUptime, time.Time{}, boot},
+		{"who -b", "         system boot  2026-02-02 20:47\n" + xid, BootTimeWho, time.Time{}, boot.Truncate(time.Minute)},
+		{"a syslog line with both times", "Feb  2 20:48:01 node-a1 kernel: [   60.000000] pci 0000:3b:00.0: something\n" + xid, BootTimeRecord, time.Time{},
+			time.Date(time.Now().Year(), 2, 2, 20, 47, 1, 0, time.UTC)},
+		{"the flag wins", "btime 1\n" + xid, BootTimeFlag, boot, boot},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res, err := Scan(context.Background(), strings.NewReader(tt.in), Auto, Options{BootTime: tt.opt})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.BootTimeSource != tt.source || !res.BootTime.Equal(tt.boot) {
+				t.Fatalf("boot time %s from %q, want %s from %q", res.BootTime, res.BootTimeSource, tt.boot, tt.source)
+			}
+			var xids int
+			for _, f := range res.Findings {
+				if f.Detector != "xid" {
+					continue
+				}
+				xids++
+				if want := tt.boot.Add(7510129324 * time.Microsecond); !f.Time.Equal(want) {
+					t.Errorf("xid at %s, want %s", f.Time, want)
+				}
+			}
+			if xids != 1 || res.Untimed != 0 {
+				t.Errorf("%d xid findings, %d untimed: %+v", xids, res.Untimed, res.Findings)
+			}
+		})
+	}
+	res, err := Scan(context.Background(), strings.NewReader(xid), Auto, Options{})
+	if err != nil || res.Untimed != 1 || res.BootTimeSource != "" {
+		t.Errorf("no boot time anywhere: err %v, untimed %d, source %q", err, res.Untimed, res.BootTimeSource)
+	}
+}

@@ -7,8 +7,6 @@ TestAlertRules checks them with promtool check rules and test rules. */}}
 {{- $ns := printf "namespace=%q" .Release.Namespace -}}
 {{- $r := .Values.prometheusRule -}}
 {{- $url := trimSuffix "/" $r.runbookBaseURL -}}
-{{- $configured := dig "budgets" "deletionsPerHour" .Values.controller.budgets.deletionsPerHour (default dict .Values.controller.config) -}}
-{{- $budget := default $configured $r.maxDeletionsPerHour -}}
 groups:
   {{- if .Values.controller.enabled }}
   - name: fleetrepair-controller
@@ -78,12 +76,27 @@ groups:
         annotations:
           summary: '{{ `{{ $value | printf "%.0f" }}` }} NodeClaim replacements did not become Ready and healthy within the verify timeout in the last hour.'
           runbook_url: {{ $url }}/FleetRepairReplacementsFailing.md
-      - alert: FleetRepairDeletionBudgetExhausted
-        expr: sum by (cluster) (increase(fleetrepair_nodeclaim_deletions_total{ {{- $ns }}, dry_run="false"}[1h])) >= {{ $budget }}
+      - alert: FleetRepairNodeClaimsStuck
+        expr: max by (cluster, state) (fleetrepair_nodeclaims{ {{- $ns }}, state=~"stuck-terminating|not-registered|no-node|not-initialized"}) > 0
+        for: 30m
         labels: {severity: warning}
         annotations:
-          summary: 'fleetrepair deleted {{ `{{ $value | printf "%.0f" }}` }} NodeClaims in cluster {{ "{{ $labels.cluster }}" }} in an hour, its budget ({{ $budget }}/h); further repairs wait.'
+          summary: '{{ `{{ $value | printf "%.0f" }}` }} NodeClaims of cluster {{ "{{ $labels.cluster }}" }} are {{ "{{ $labels.state }}" }} past their grace; the Karpenter lifecycle is stuck (not a health fault: fleetrepair repairs nothing and deletes nothing for it).'
+          runbook_url: {{ $url }}/FleetRepairNodeClaimsStuck.md
+      - alert: FleetRepairDeletionBudgetExhausted
+        expr: max by (cluster, nodepool, budget) (fleetrepair_deletion_budget_remaining{ {{- $ns }}, budget=~"deletions_per_hour|nodepool_deletions_per_hour"}) == 0
+        for: 5m
+        labels: {severity: warning}
+        annotations:
+          summary: 'fleetrepair has spent the {{ "{{ $labels.budget }}" }} deletion budget of cluster {{ "{{ $labels.cluster }}" }}{{ `{{ with $labels.nodepool }}, NodePool {{ . }}{{ end }}` }}; further repairs wait (held, not lost).'
           runbook_url: {{ $url }}/FleetRepairDeletionBudgetExhausted.md
+      - alert: FleetRepairNoLeader
+        expr: sum by (cluster) (fleetrepair_cluster_leader{ {{- $ns }}}) == 0
+        for: 5m
+        labels: {severity: critical}
+        annotations:
+          summary: 'No fleetrepair controller replica leads cluster {{ "{{ $labels.cluster }}" }}; its broken nodes are neither quarantined nor replaced.'
+          runbook_url: {{ $url }}/FleetRepairNoLeader.md
       - alert: FleetRepairIngestErrors
         expr: sum(rate(fleetrepair_ingest_reports_total{ {{- $ns }}, result="error"}[10m])) > 0
         for: 10m

@@ -1,0 +1,108 @@
+package store_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/fleetrepair/fleetrepair/controller/ledger"
+	"github.com/fleetrepair/fleetrepair/controller/store"
+	"github.com/fleetrepair/fleetrepair/test/pgtest"
+)
+
+// TestSetNodeOwners: the owners' holds the deletion guard reads are kept
+// per node, changed only when they change, cleared with "", and left alone
+// by the informers' UpsertNodeMeta.
+func TestSetNodeOwners(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := pgtest.Store(t)
+	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	if _, err := st.UpsertNodeMeta(ctx, store.Node{Cluster: "c1", Name: "n1", NodePool: "gpu"}, t0); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SetNodeOwners(ctx, "c1", "n1", "NodePool gpu", "Pod ml/train-0", t0.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.UpsertNodeMeta(ctx, store.Node{Cluster: "c1", Name: "n1", NodePool: "gpu", Zone: "z1"}, t0.Add(2*time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	n, err := st.GetNode(ctx, "c1", "n1")
+	if err != nil || n.OptOut != "NodePool gpu" || n.DoNotDisrupt != "Pod ml/train-0" || n.Zone != "z1" {
+		t.Fatalf("node = %+v, %v; want both holds kept through UpsertNodeMeta", n, err)
+	}
+	// Unchanged: nothing written (updated_at stays).
+	if err := st.SetNodeOwners(ctx, "c1", "n1", "NodePool gpu", "Pod ml/train-0", t0.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if m, _ := st.GetNode(ctx, "c1", "n1"); !m.UpdatedAt.Equal(n.UpdatedAt) {
+		t.Errorf("an unchanged hold rewrote the node: updated_at %s -> %s", n.UpdatedAt, m.UpdatedAt)
+	}
+	if err := st.SetNodeOwners(ctx, "c1", "n1", "", "", t0.Add(2*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	ns, err := st.ListNodes(ctx, "c1")
+	if err != nil || len(ns) != 1 || ns[0].OptOut != "" || ns[0].DoNotDisrupt != "" {
+		t.Fatalf("nodes = %+v, %v; want the holds cleared", ns, err)
+	}
+	// A node not stored: nothing, no error.
+	if err := st.SetNodeOwners(ctx, "c1", "ghost", "Node ghost", "", t0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDeletionBudgets: the gauge's budgets count what BeginDeletion counts
+// (real repairs that entered deleting in the last hour, deletions in
+// flight per NodePool), leave dry-run repairs out, cover a NodePool with
+// nodes but no deletion, and never go below zero.
+func TestDeletionBudgets(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := pgtest.Store(t)
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	if _, err := st.SetClusterBudget(ctx, "c1", 2, 2, now); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SetNodePoolBudget(ctx, "c1", 4, now); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.UpsertNodeMeta(ctx, store.Node{Cluster: "c1", Name: "cpu-1", NodePool: "cpu"}, now); err != nil {
+		t.Fatal(err)
+	}
+	// An older deletion, finished: outside the sliding hour.
+	old := tolerating(t, st, "gpu-old", "gpu", false, now.Add(-3*time.Hour))
+	if _, err := st.BeginDeletion(ctx, old.ID, ledger.Tolerating, "controller", "test", now.Add(-2*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	step(t, st, old.ID, ledger.Deleting, ledger.Replaced, now.Add(-90*time.Minute))
+
+	for i, dry := range []bool{false, false, true} {
+		r := tolerating(t, st, fmt.Sprintf("gpu-%d", i), "gpu", dry, now.Add(-2*time.Hour))
+		if _, err := st.BeginDeletion(ctx, r.ID, ledger.Tolerating, "controller", "test", now.Add(-10*time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := st.DeletionBudgets(ctx, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []store.BudgetRemaining{
+		{Cluster: "c1", Budget: "deletions_per_hour", Limit: 2, Used: 2, Remaining: 0},
+		{Cluster: "c1", NodePool: "cpu", Budget: "max_in_flight_per_nodepool", Limit: 2, Used: 0, Remaining: 2},
+		{Cluster: "c1", NodePool: "cpu", Budget: "nodepool_deletions_per_hour", Limit: 4, Used: 0, Remaining: 4},
+		{Cluster: "c1", NodePool: "gpu", Budget: "max_in_flight_per_nodepool", Limit: 2, Used: 2, Remaining: 0},
+		{Cluster: "c1", NodePool: "gpu", Budget: "nodepool_deletions_per_hour", Limit: 4, Used: 2, Remaining: 2},
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("DeletionBudgets =\n%+v\nwant\n%+v", got, want)
+	}
+	// A budget lowered below what was used reads 0, not negative.
+	if _, err := st.SetClusterBudget(ctx, "c1", 1, 2, now); err != nil {
+		t.Fatal(err)
+	}
+	got, _ = st.DeletionBudgets(ctx, now)
+	if got[0].Remaining != 0 || got[0].Used != 2 {
+		t.Fatalf("over-spent budget = %+v, want remaining 0", got[0])
+	}
+}
