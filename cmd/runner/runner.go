@@ -68,6 +68,9 @@ type Options struct {
 	// per source and per agent, shadow reports at once, audit rows); zero
 	// fields take web/api's defaults.
 	Limits api.Limits
+	// Server holds the HTTP server's timeouts and header limit; zero fields
+	// take web/api's defaults (api.DefaultReadTimeout, ...).
+	Server api.ServerOptions
 	// FindingRetention drops findings received longer ago than this, one
 	// day's partition at a time (store.MaintainFindings); 0 keeps every
 	// finding. Repairs, their audit and diagnoses are always kept.
@@ -192,7 +195,8 @@ func Start(ctx context.Context, o Options) (*Controller, error) {
 		st.Close()
 		return nil, fmt.Errorf("start controller: %w", err)
 	}
-	sopts, scheme := api.ServerOptions{Log: o.Log}, "http"
+	sopts, scheme := o.Server, "http"
+	sopts.Log = o.Log
 	if (o.TLSCertFile == "") != (o.TLSKeyFile == "") {
 		st.Close()
 		return nil, errors.New("start controller: TLS needs both a certificate file and a key file")

@@ -104,12 +104,29 @@ type Config struct {
 	// Lifecycle are the graces after which a NodeClaim in a transitional
 	// lifecycle state is stuck (zero fields: lifecycle.DefaultGraces).
 	Lifecycle lifecycle.Graces
-	// Crash is fault injection for the HA tests: when it returns true at a
-	// named point ("after-begin-deletion", "after-delete-call") the
+	// Crash is fault injection for the HA tests and the fault suite
+	// (test/load): when it returns true at a named point (CrashPoints) the
 	// reconciler stops right there, as a killed process would. Nil in
 	// production.
 	Crash func(point string) bool
 }
+
+// CrashPoints are the points of a repair where Config.Crash is asked, in
+// the order a replacement passes them:
+//
+//   - after-quarantine: the NodeCondition and NoSchedule taint are set, the
+//     ledger still says detected;
+//   - after-quarantined, after-tolerating: the transition is recorded (the
+//     repair waits out its toleration window in tolerating);
+//   - before-begin-deletion: the deletion guards were read, their
+//     transaction (BeginDeletion) not run;
+//   - after-begin-deletion: the guards passed and the repair is deleting,
+//     no delete call issued;
+//   - after-delete-call: the NodeClaim delete was issued;
+//   - waiting-replacement: the NodeClaim is being deleted (Karpenter's
+//     finalizer holds it), the repair waits for it to be gone.
+var CrashPoints = []string{"after-quarantine", "after-quarantined", "after-tolerating", "before-begin-deletion",
+	"after-begin-deletion", "after-delete-call", "waiting-replacement"}
 
 // ErrCrashed is returned when Config.Crash stopped a reconcile.
 var ErrCrashed = errors.New("reconcile stopped by fault injection")
@@ -479,6 +496,9 @@ func (r *Reconciler) unhealthy(ctx context.Context, k *kube.Cluster, info kube.N
 	if err := r.quarantine(ctx, k, info.Name, head, now, nil); err != nil {
 		return time.Time{}, err
 	}
+	if open.State == ledger.Detected && r.crash("after-quarantine") {
+		return time.Time{}, ErrCrashed
+	}
 	rp, err := r.advance(ctx, k, info, sn, open, head, now)
 	if err != nil || rp.State != ledger.Tolerating {
 		return time.Time{}, err
@@ -635,6 +655,9 @@ func (r *Reconciler) step(ctx context.Context, rp store.Repair, next decide.Next
 	r.tellTransition(out, next)
 	r.log.InfoContext(ctx, "repair transition", "cluster", rp.Cluster, "node", rp.Node, "repair", rp.ID,
 		"from", rp.State, "to", next.To, "why", next.Why)
+	if r.crash("after-" + string(next.To)) {
+		return out, ErrCrashed
+	}
 	return out, nil
 }
 
@@ -648,6 +671,9 @@ func (r *Reconciler) execute(ctx context.Context, k *kube.Cluster, sn heldNode, 
 	guard, err := r.deletionGuard(ctx, k, sn, rp, g.HumanApproved, now)
 	if err != nil {
 		return rp, fmt.Errorf("begin deletion of repair %d: %w", rp.ID, err)
+	}
+	if r.crash("before-begin-deletion") {
+		return rp, ErrCrashed
 	}
 	next, err := r.cfg.Store.BeginDeletion(ctx, rp.ID, rp.State, Actor, g.Why, now, guard)
 	if errors.Is(err, store.ErrConflict) {
@@ -729,8 +755,14 @@ func (r *Reconciler) deleting(ctx context.Context, k *kube.Cluster, rp store.Rep
 				Note: fmt.Sprintf("deleted NodeClaim %s (uid %s); Karpenter drains the node and launches its replacement", rp.NodeClaim, rp.NodeClaimUID)})
 			r.log.InfoContext(ctx, "nodeclaim deleted", "cluster", rp.Cluster, "node", rp.Node, "nodeclaim", rp.NodeClaim, "repair", rp.ID)
 		}
-		if gone, err = k.NodeClaimGone(ctx, rp.NodeClaim, uid); err != nil || !gone {
+		if gone, err = k.NodeClaimGone(ctx, rp.NodeClaim, uid); err != nil {
 			return rp, err
+		}
+		if !gone {
+			if r.crash("waiting-replacement") {
+				return rp, ErrCrashed
+			}
+			return rp, nil
 		}
 	}
 	return r.step(ctx, rp, decide.Replaced(row), now)

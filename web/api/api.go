@@ -178,6 +178,11 @@ func newServer(cfg Config) (*server, error) {
 	if cfg.IngestTimeout <= 0 {
 		cfg.IngestTimeout = DefaultIngestTimeout
 	}
+	proxies, err := parseProxies(cfg.Limits.TrustedProxies)
+	if err != nil {
+		return nil, fmt.Errorf("new api handler: %w", err)
+	}
+	cfg.Limits.TrustedProxies = proxies
 	s := &server{cfg: cfg, clusters: map[string]bool{}, ingestSlots: make(chan struct{}, cfg.MaxIngestInFlight),
 		ingestErrLog: rate.Sometimes{Interval: 10 * time.Second},
 		reports: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fleetrepair_ingest_reports_total",
@@ -202,7 +207,7 @@ func newServer(cfg Config) (*server, error) {
 func (s *server) routes() http.Handler {
 	cfg := s.cfg
 	r := chi.NewRouter()
-	r.Use(middleware.RequestID, middleware.Recoverer, middleware.ClientIPFromRemoteAddr, securityHeaders)
+	r.Use(middleware.RequestID, middleware.Recoverer, clientIP(s.guards.limits.TrustedProxies), securityHeaders)
 	r.Get("/livez", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	r.Get("/readyz", s.readyz)
 	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))
