@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin
 PKGS    := ./...
 
-.PHONY: all build test test-race demo screenshots generate verify fmt vet bench load clean fuzz
+.PHONY: all build test test-race demo screenshots generate verify fmt vet bench load faults clean fuzz
 
 all: build
 
@@ -77,6 +77,21 @@ load:
 		-load.nodes=$(LOAD_NODES) -load.replicas=$(LOAD_REPLICAS) -load.workers=$(LOAD_WORKERS) \
 		-load.steady=$(LOAD_STEADY) -load.pg-outage=$(LOAD_PG_OUTAGE) -load.toleration=$(LOAD_TOLERATION) -load.db-pool=$(LOAD_DB_POOL) \
 		-load.out=$(CURDIR)/$(BIN)/load-$(LOAD_NODES).txt -load.logs=$(CURDIR)/$(BIN)/load-logs-$(LOAD_NODES)
+
+## faults: the full fault-injection suite (test/load/faults.go, docs/faults.md): cmd/fleetrepair with
+## TokenReview against a kube-apiserver, PostgreSQL stopped for FAULTS_PG_OUTAGE with agents killed and
+## restarted meanwhile, FAULTS_SLOW_CONNS slow-body connections, FAULTS_BAD_TOKEN_RPS garbage tokens per
+## second, the controller SIGKILLed at every step of a repair; asserts the invariants and writes the
+## figures to bin/faults.txt. `make test` runs its smoke (TestFaultsSmoke).
+FAULTS_NODES         ?= 100
+FAULTS_PG_OUTAGE     ?= 60s
+FAULTS_SLOW_CONNS    ?= 3000
+FAULTS_BAD_TOKEN_RPS ?= 200
+faults: kube-tools
+	@mkdir -p $(BIN)
+	$(GO) test ./test/load -run '^TestFaults$$' -count=1 -v -timeout 40m -args -faults \
+		-faults.nodes=$(FAULTS_NODES) -faults.pg-outage=$(FAULTS_PG_OUTAGE) -faults.slow-conns=$(FAULTS_SLOW_CONNS) \
+		-faults.bad-token-rps=$(FAULTS_BAD_TOKEN_RPS) -faults.out=$(CURDIR)/$(BIN)/faults.txt
 
 ## bench-agent: agent CPU/RSS/wake-ups idle and under a 5,000 lines/s /dev/kmsg flood,
 ## side by side with node-problem-detector's kernel monitor (root, Linux; builds NPD into .tools/)

@@ -444,3 +444,47 @@ func TestXFSErrorIsNotShutdown(t *testing.T) {
 		t.Errorf("shutdown report: kinds %v, want one shutdown", got)
 	}
 }
+
+// TestRCUStallNamesItsCPUs: the CPU lines of an RCU stall warning, with the
+// "rcu: " prefix of 5.x kernels and without it (4.x), give the stalled CPUs,
+// so the controller can tie the stall to a lockup of the same CPU.
+func TestRCUStallNamesItsCPUs(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		lines []string
+		cpus  string
+	}{
+		{"self-detected, 5.x", []string{
+			"rcu: INFO: rcu_sched self-detected stall on CPU",
+			"rcu: \t37-....: (59997 ticks this GP) idle=2d6/1/0x4000000000000000 softirq=1183922/1183922 fqs=14921",
+		}, "37"},
+		{"detected stalls on two CPUs, 5.x", []string{
+			"rcu: INFO: rcu_preempt detected stalls on CPUs/tasks:",
+			"rcu: \t12-...0: (1 GPs behind) idle=b3e/1/0x4000000000000000 softirq=52/53 fqs=2625",
+			"rcu: \t37-...0: (0 ticks this GP) idle=c1a/1/0x4000000000000000 softirq=71/71 fqs=2625",
+			"\t(detected by 3, t=5252 jiffies, g=981, q=77)",
+		}, "12,37"},
+		{"4.x without the prefix", []string{
+			"INFO: rcu_sched self-detected stall on CPU",
+			"\t5-...: (20999 ticks this GP) idle=c5b/140000000000001/0 softirq=9/9 fqs=5246",
+		}, "5"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			d := New(Options{})
+			var got []finding.Finding
+			for i, l := range tt.lines {
+				got = append(got, d.Feed(rec(uint64(i+1), int64(i), l))...)
+			}
+			got = append(got, d.Flush()...)
+			if len(got) != 1 || got[0].Detector != finding.DetectorRCUStall {
+				t.Fatalf("findings = %+v, want one rcu-stall", got)
+			}
+			if c := got[0].Attr(finding.AttrCPU); c != tt.cpus {
+				t.Errorf("cpu = %q, want %q", c, tt.cpus)
+			}
+		})
+	}
+}

@@ -23,6 +23,10 @@ var (
 	hardLockRE  = regexp.MustCompile(`Watchdog detected hard LOCKUP on cpu (\d+)`)
 	rcuStallRE  = regexp.MustCompile(`INFO: (\w+) (?:self-detected stall on CPU|detected stalls on CPUs/tasks)`)
 	stackTaskRE = regexp.MustCompile(`^task:\s*(\S+)\s+state:\s*(\S+).*?\bpid:\s*(\d+)`)
+	// rcuCPURE is a CPU line of an RCU stall warning (print_cpu_stall_info
+	// in kernel/rcu/tree_stall.h): "rcu: \t37-....: (59997 ticks this GP)",
+	// without the "rcu: " prefix on kernels before 5.x. It names the stalled CPU.
+	rcuCPURE = regexp.MustCompile(`^(?:rcu:\s+)?(\d+)-[.0-9A-Za-z]{3,}:\s*\(`)
 	// frameRE and ripRE read a stack frame in both renderings: today's
 	// "? func+0x1e/0x40 [mod]" and older kernels' (3.x/4.x, e.g. RHEL 7)
 	// "[<ffffffffa09c376e>] ? func+0x1e/0x40 [mod]" with the address first.
@@ -72,6 +76,16 @@ func (d *Detector) stackLine(rec kmsg.Record, closed, cur *[]finding.Finding) bo
 		g.f.Attrs[finding.AttrState] = m[2]
 		if g.f.Attrs[finding.AttrPID] == "" {
 			g.f.Attrs[finding.AttrPID] = m[3]
+		}
+	case g.f.Detector == finding.DetectorRCUStall && rcuCPURE.MatchString(msg):
+		// The stalled CPUs, comma-separated: the controller ties a stall
+		// to a lockup of the same CPU (a stall with no stack of its own
+		// inside the driver's hang is the driver's).
+		cpu := rcuCPURE.FindStringSubmatch(msg)[1]
+		if c := g.f.Attrs[finding.AttrCPU]; c == "" {
+			g.f.Attrs[finding.AttrCPU] = cpu
+		} else if !slices.Contains(strings.Split(c, ","), cpu) {
+			g.f.Attrs[finding.AttrCPU] = c + "," + cpu
 		}
 	case stackDetailRE.MatchString(msg):
 	default:

@@ -135,7 +135,7 @@ const (
 	AttrBlockedFor         = "blocked_for"          // hung-task: the kernel's threshold the task exceeded ("120s")
 	AttrModule             = "module"               // hung-task: kernel module of the innermost reliable stack frame with one
 	AttrModules            = "modules"              // hung-task: every kernel module on the stack, comma separated, innermost first
-	AttrCPU                = "cpu"                  // soft-lockup: the CPU number
+	AttrCPU                = "cpu"                  // soft-lockup: the CPU number; rcu-stall: the stalled CPUs, comma-separated
 	AttrStuckFor           = "stuck_for"            // soft-lockup: how long the CPU was stuck ("22s")
 	AttrFS                 = "fs"                   // filesystem-error: xfs, ext4, btrfs
 	AttrDevice             = "device"               // filesystem-error: the block device (nvme0n1p1, dm-0)
@@ -302,31 +302,37 @@ const (
 	MaxCount = 1<<31 - 1 // counts fit PostgreSQL's integer
 )
 
-// Sanitize makes every string of the report storable without losing
-// information: NUL bytes, which PostgreSQL text cannot hold, become the
-// kernel's own escape `\x00` (a kernel line read from a text file may carry
-// them, and so may a driver or model string read from a broken GPU). It
-// covers every string field, heartbeat included. Call it before Validate.
+// Sanitize makes every string of the report storable and safe to print
+// without losing information: NUL bytes, which PostgreSQL text and jsonb
+// cannot hold, and the other control bytes (C0 but tab and newline, and
+// DEL: a carriage return or an ESC sequence rewrites an operator's terminal
+// line) become the kernel's own escape `\xNN` (/dev/kmsg escapes them so; a
+// line read from a text file, a driver or model string read from a broken
+// GPU may carry them raw). It covers every string field, heartbeat
+// included (TestSanitizeCoversEveryString walks the types). Call it before
+// Validate.
 func (r *Report) Sanitize() {
-	r.Cluster, r.Node, r.BootID, r.AgentVersion = escapeNUL(r.Cluster), escapeNUL(r.Node), escapeNUL(r.BootID), escapeNUL(r.AgentVersion)
+	r.SchemaVersion, r.Cluster, r.Node = escapeControl(r.SchemaVersion), escapeControl(r.Cluster), escapeControl(r.Node)
+	r.BootID, r.AgentVersion = escapeControl(r.BootID), escapeControl(r.AgentVersion)
 	for i := range r.Findings {
 		f := &r.Findings[i]
-		f.ID, f.Node, f.BootID, f.Detector = escapeNUL(f.ID), escapeNUL(f.Node), escapeNUL(f.BootID), escapeNUL(f.Detector)
-		f.GPUPCI, f.DevicePCI = escapeNUL(f.GPUPCI), escapeNUL(f.DevicePCI)
+		f.ID, f.Node, f.BootID, f.Detector = escapeControl(f.ID), escapeControl(f.Node), escapeControl(f.BootID), escapeControl(f.Detector)
+		f.GPUPCI, f.DevicePCI = escapeControl(f.GPUPCI), escapeControl(f.DevicePCI)
 		for j, e := range f.Evidence {
-			f.Evidence[j] = escapeNUL(e)
+			f.Evidence[j] = escapeControl(e)
 		}
 		f.Attrs = escapeMap(f.Attrs)
 	}
 	if hb := r.Heartbeat; hb != nil {
-		hb.DriverVersion, hb.KernelVersion = escapeNUL(hb.DriverVersion), escapeNUL(hb.KernelVersion)
+		hb.DriverVersion, hb.KernelVersion = escapeControl(hb.DriverVersion), escapeControl(hb.KernelVersion)
+		hb.ModuleVersion, hb.LibraryVersion, hb.Image = escapeControl(hb.ModuleVersion), escapeControl(hb.LibraryVersion), escapeControl(hb.Image)
 		for i := range hb.Monitors {
 			m := &hb.Monitors[i]
-			m.Name, m.State, m.Reason = escapeNUL(m.Name), escapeNUL(m.State), escapeNUL(m.Reason)
+			m.Name, m.State, m.Reason = escapeControl(m.Name), escapeControl(m.State), escapeControl(m.Reason)
 		}
 		for i := range hb.GPUs {
 			g := &hb.GPUs[i]
-			g.PCI, g.UUID, g.Serial, g.Model, g.PCIID = escapeNUL(g.PCI), escapeNUL(g.UUID), escapeNUL(g.Serial), escapeNUL(g.Model), escapeNUL(g.PCIID)
+			g.PCI, g.UUID, g.Serial, g.Model, g.PCIID = escapeControl(g.PCI), escapeControl(g.UUID), escapeControl(g.Serial), escapeControl(g.Model), escapeControl(g.PCIID)
 		}
 	}
 }
@@ -334,7 +340,7 @@ func (r *Report) Sanitize() {
 func escapeMap(m map[string]string) map[string]string {
 	dirty := false
 	for k, v := range m {
-		if strings.IndexByte(k, 0) >= 0 || strings.IndexByte(v, 0) >= 0 {
+		if hasControl(k) || hasControl(v) {
 			dirty = true
 			break
 		}
@@ -344,17 +350,45 @@ func escapeMap(m map[string]string) map[string]string {
 	}
 	out := make(map[string]string, len(m))
 	for k, v := range m {
-		out[escapeNUL(k)] = escapeNUL(v)
+		out[escapeControl(k)] = escapeControl(v)
 	}
 	return out
 }
 
-// escapeNUL replaces each NUL byte with the four characters \x00.
-func escapeNUL(s string) string {
-	if strings.IndexByte(s, 0) < 0 {
+// isControl reports whether Sanitize escapes byte c: C0 controls but tab
+// and newline, and DEL.
+func isControl(c byte) bool { return (c < 0x20 && c != '\t' && c != '\n') || c == 0x7f }
+
+func hasControl(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if isControl(s[i]) {
+			return true
+		}
+	}
+	return false
+}
+
+// escapeControl replaces each control byte (isControl) with the four
+// characters \xNN, as the kernel escapes them in /dev/kmsg; a string
+// without one is returned as is.
+func escapeControl(s string) string {
+	if !hasControl(s) {
 		return s
 	}
-	return strings.ReplaceAll(s, "\x00", `\x00`)
+	const hex = "0123456789abcdef"
+	var b strings.Builder
+	b.Grow(len(s) + 8)
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if isControl(c) {
+			b.WriteString(`\x`)
+			b.WriteByte(hex[c>>4])
+			b.WriteByte(hex[c&0xf])
+			continue
+		}
+		b.WriteByte(c)
+	}
+	return b.String()
 }
 
 // ValidationError lists every problem found in a Report, one message per field

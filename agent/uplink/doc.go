@@ -25,6 +25,10 @@
 //     credentials, not the batch: kubelet rotates projected ServiceAccount tokens
 //     (see Config.TokenFile) and RBAC mistakes get fixed, so dropping the batch
 //     would turn a fixable auth problem into lost findings.
+//   - 413: the report is over the controller's body limit; the batch is split
+//     in halves, each sent on its own (and split again if need be), so only
+//     a single finding too large by itself is dropped as rejected. While a
+//     part waits, the spool keeps every part not delivered yet.
 //   - any other 4xx: the controller rejected the batch as malformed; its message
 //     is logged once, the report is counted on rejected_total, its findings on
 //     dropped_total{reason="rejected"}, and the batch is dropped (retrying would

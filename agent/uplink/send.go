@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -37,19 +38,32 @@ type outcome struct {
 	// validations are the controller's per-field problems of a rejected
 	// report ("findings[3].xid: ...", "heartbeat.monitors[0].state: ...").
 	validations []string
+	// tooLarge: the controller answered 413, the report is over its body
+	// limit; the batch is split in halves and each sent on its own.
+	tooLarge bool
 }
 
 // deliver sends batch until the controller answers it: accepted, or rejected
 // as malformed (then dropped and counted). Network errors, 5xx, 408, 429, 401
 // and 403 are retried with the same batch after an exponentially growing,
-// jittered wait capped at RetryMaxInterval, for as long as it takes. It
-// returns an error only when ctx ends first; the batch is then undelivered.
+// jittered wait capped at RetryMaxInterval, for as long as it takes. A batch
+// answered 413 (over the controller's body limit) is split in halves, sent
+// one after the other; only a single finding too large on its own is
+// dropped. It returns an error only when ctx ends first, with the findings
+// of batch not delivered yet (the in-flight batch of the shutdown).
 //
 // The backoff schedule comes from backoff.ExponentialBackOff with its own
 // randomisation off; the jitter is applied here and the wait is taken on
 // Config.Clock, because backoff.Retry waits on a real timer with the
 // package-global random source, which tests could not drive.
-func (u *Uplink) deliver(ctx context.Context, batch []finding.Finding) error {
+func (u *Uplink) deliver(ctx context.Context, batch []finding.Finding) ([]finding.Finding, error) {
+	return u.deliverPart(ctx, batch, nil)
+}
+
+// deliverPart delivers batch, a part of a split batch whose findings later
+// are still to be sent after it: the spool keeps them (checkpoint), and is
+// not removed when batch is answered.
+func (u *Uplink) deliverPart(ctx context.Context, batch, later []finding.Finding) ([]finding.Finding, error) {
 	bo := &backoff.ExponentialBackOff{
 		InitialInterval: u.cfg.RetryInitialInterval,
 		Multiplier:      2,
@@ -63,6 +77,14 @@ func (u *Uplink) deliver(ctx context.Context, batch []finding.Finding) error {
 			hb = nil
 		}
 		res := u.post(ctx, u.report(batch, hb))
+		if res.kind == outcomeRejected && res.tooLarge && len(batch) > 1 {
+			first, second := splitHalves(batch)
+			u.log.Warn("controller refused a report as too large, sending it in halves", "findings", len(batch), "err", res.err)
+			if rest, err := u.deliverPart(ctx, first, append(slices.Clone(second), later...)); err != nil {
+				return append(rest, second...), err
+			}
+			return u.deliverPart(ctx, second, later)
+		}
 		if res.kind == outcomeRejected {
 			// One bad item must not cost the batch: drop only what the
 			// controller named and send the rest at once.
@@ -75,19 +97,19 @@ func (u *Uplink) deliver(ctx context.Context, batch []finding.Finding) error {
 			}
 		}
 		if res.kind != outcomeRetry {
-			u.answered(res, batch, hbVersion)
+			u.answered(res, batch, hbVersion, len(later) > 0)
 			if u.failing {
 				u.failing = false
 				u.log.Info("controller reachable again", "attempts", attempt,
 					"outage", u.cfg.Clock.Now().Sub(u.failingSince).Round(time.Millisecond))
 			}
-			return nil
+			return nil, nil
 		}
 		if ctx.Err() != nil {
-			return ctx.Err()
+			return batch, ctx.Err()
 		}
 		u.m.sendErrors.WithLabelValues(res.reason).Inc()
-		u.checkpoint(batch)
+		u.checkpoint(append(slices.Clone(batch), later...))
 		wait := u.retryWait(bo.NextBackOff(), res.retryAfter)
 		if !u.failing {
 			u.failing, u.failingSince = true, u.cfg.Clock.Now()
@@ -101,10 +123,17 @@ func (u *Uplink) deliver(ctx context.Context, batch []finding.Finding) error {
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return ctx.Err()
+			return batch, ctx.Err()
 		case <-t.C():
 		}
 	}
+}
+
+// splitHalves splits a batch of at least two findings in two (the first
+// half the smaller when odd), each its own slice.
+func splitHalves(batch []finding.Finding) (first, second []finding.Finding) {
+	h := len(batch) / 2
+	return slices.Clone(batch[:h]), slices.Clone(batch[h:])
 }
 
 // splitRejected reads a 400's validations: when every problem names a
@@ -169,8 +198,10 @@ func (u *Uplink) retryWait(d, retryAfter time.Duration) time.Duration {
 	return max(wait, time.Millisecond)
 }
 
-// answered does the bookkeeping of a report the controller answered.
-func (u *Uplink) answered(res outcome, batch []finding.Finding, hbVersion uint64) {
+// answered does the bookkeeping of a report the controller answered. more
+// is true when batch is a part of a split batch whose other parts are not
+// delivered yet: the spool still holds them and stays.
+func (u *Uplink) answered(res outcome, batch []finding.Finding, hbVersion uint64, more bool) {
 	now := u.cfg.Clock.Now()
 	u.lastExchange = now
 	if res.kind == outcomeRejected {
@@ -183,7 +214,7 @@ func (u *Uplink) answered(res outcome, batch []finding.Finding, hbVersion uint64
 		u.m.lastSuccess.Set(float64(now.UnixNano()) / 1e9)
 	}
 	u.heartbeatAnswered(hbVersion)
-	if u.q.state().n == 0 {
+	if u.q.state().n == 0 && !more {
 		if u.overflow.CompareAndSwap(true, false) {
 			u.log.Info("uplink queue drained after dropping findings")
 		}
@@ -259,7 +290,7 @@ func (u *Uplink) post(ctx context.Context, r *finding.Report) outcome {
 	case code == http.StatusUnauthorized || code == http.StatusForbidden:
 		return outcome{kind: outcomeRetry, reason: errAuth, err: err}
 	case code >= 400:
-		return outcome{kind: outcomeRejected, err: err, validations: validations}
+		return outcome{kind: outcomeRejected, err: err, validations: validations, tooLarge: code == http.StatusRequestEntityTooLarge}
 	default:
 		return outcome{kind: outcomeRetry, reason: errOther, err: err}
 	}

@@ -249,8 +249,8 @@ func (u *Uplink) Run(ctx context.Context) error {
 		next, due := u.nextSend(now)
 		if due {
 			batch := u.prepare(u.q.take(u.cfg.BatchSize))
-			if err := u.deliver(ctx, batch); err != nil {
-				return u.shutdown(batch)
+			if rest, err := u.deliver(ctx, batch); err != nil {
+				return u.shutdown(rest)
 			}
 			continue
 		}
@@ -383,9 +383,14 @@ func (u *Uplink) shutdown(inflight []finding.Finding) error {
 	ctx, cancel := context.WithTimeout(context.Background(), u.cfg.ShutdownTimeout)
 	defer cancel()
 	batch := inflight
+	var later [][]finding.Finding // parts of a split batch still to send
 	var err error
 	for {
 		for len(batch) == 0 {
+			if len(later) > 0 {
+				batch, later = later[0], later[1:]
+				continue
+			}
 			taken := u.q.take(u.cfg.BatchSize)
 			if len(taken) == 0 {
 				return nil // all delivered; answered has removed the spool file
@@ -398,8 +403,16 @@ func (u *Uplink) shutdown(inflight []finding.Finding) error {
 			err = res.err
 			break
 		}
-		u.answered(res, batch, hbVersion)
+		if res.kind == outcomeRejected && res.tooLarge && len(batch) > 1 {
+			first, second := splitHalves(batch)
+			batch, later = first, append([][]finding.Finding{second}, later...)
+			continue
+		}
+		u.answered(res, batch, hbVersion, len(later) > 0)
 		batch = nil
+	}
+	for _, part := range later {
+		batch = append(batch, part...)
 	}
 	undelivered := batch
 	for b := u.q.take(u.cfg.QueueSize); len(b) > 0; b = u.q.take(u.cfg.QueueSize) {

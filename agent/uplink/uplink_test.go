@@ -395,7 +395,7 @@ func TestRetryWait(t *testing.T) {
 func TestRejectedBatchIsDroppedOnce(t *testing.T) {
 	t.Parallel()
 	const msg = "schemaVersion: \\\"fleetrepair.dev/v0\\\" is not supported"
-	for _, status := range []int{http.StatusBadRequest, http.StatusNotFound, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity} {
+	for _, status := range []int{http.StatusBadRequest, http.StatusNotFound, http.StatusUnprocessableEntity} {
 		t.Run(http.StatusText(status), func(t *testing.T) {
 			t.Parallel()
 			h := newHarness(t, func(n int, _ finding.Report, _ *http.Request) (int, string) {

@@ -22,6 +22,7 @@ import (
 	"github.com/fleetrepair/fleetrepair/controller/kube"
 	"github.com/fleetrepair/fleetrepair/controller/policy"
 	"github.com/fleetrepair/fleetrepair/controller/store"
+	"github.com/fleetrepair/fleetrepair/web/api"
 )
 
 func newControllerCmd() *cobra.Command {
@@ -190,6 +191,21 @@ stops the controller with an error naming the variable.`,
 	f.StringVar(&agentToken, "agent-token", "", "the shared token of --agent-auth=static")
 	f.StringVar(&agentAudience, "agent-audience", auth.DefaultAudience, "audience agents' projected tokens must carry")
 	f.StringArrayVar(&agentSAs, "agent-service-account", nil, "accept only these subjects, e.g. system:serviceaccount:fleetrepair:fleetrepair-agent (repeatable; default: any bound token)")
+	// Flood limits and server timeouts (issue 11; web/api/guard.go and
+	// web/api/server.go document each); 0 keeps the default shown.
+	f.IntVar(&o.Limits.SourceRPS, "source-rps", api.DefaultSourceRPS, "requests per second one source may make to the read and operator routes of /api/v1 (agents' reports are limited per agent); a negative value turns the limit off")
+	f.Float64Var(&o.Limits.AgentRPS, "agent-rps", api.DefaultAgentRPS, "reports per second one agent (cluster/node) may send")
+	f.IntVar(&o.Limits.AgentBurst, "agent-burst", api.DefaultAgentBurst, "reports one agent may send at once above --agent-rps (a spool drained after an outage)")
+	f.Float64Var(&o.Limits.VerifyRPS, "verify-rps", api.DefaultVerifyRPS, "tokens per second from one source that are not in the TokenReview cache and so cost a TokenReview")
+	f.IntVar(&o.Limits.VerifyBurst, "verify-burst", api.DefaultVerifyBurst, "uncached tokens one source may present at once above --verify-rps")
+	f.IntVar(&o.Limits.ShadowConcurrent, "shadow-concurrent", api.DefaultShadowConcurrent, "shadow reports computed at once (each holds its findings in memory)")
+	f.IntVar(&o.Limits.AuditRowsPerMinute, "audit-rows-per-minute", api.DefaultAuditRowsPerMinute, "security_audit rows written for denials per minute; the others are counted")
+	f.StringSliceVar(&o.Limits.TrustedProxies, "trusted-proxies", nil, "CIDR prefixes of reverse proxies whose X-Forwarded-For names the client for the per-source limits, e.g. 10.0.0.0/8 (default none: the TCP peer is the source)")
+	f.DurationVar(&o.Server.ReadHeaderTimeout, "read-header-timeout", api.DefaultReadHeaderTimeout, "longest time to read a request's headers")
+	f.DurationVar(&o.Server.ReadTimeout, "read-timeout", api.DefaultReadTimeout, "longest time to read a whole request, body included (a slow-body client is cut off after it)")
+	f.DurationVar(&o.Server.WriteTimeout, "write-timeout", api.DefaultWriteTimeout, "longest time from a request's headers to the end of its answer (the shadow report computes for minutes)")
+	f.DurationVar(&o.Server.IdleTimeout, "idle-timeout", api.DefaultIdleTimeout, "keep-alive connections idle this long are closed")
+	f.IntVar(&o.Server.MaxHeaderBytes, "max-header-bytes", api.DefaultMaxHeaderBytes, "largest request header block, bytes")
 	f.StringVar(&oidc.Issuer, "oidc-issuer-url", "", "dashboard login: OpenID Connect issuer URL, e.g. https://dex.example.com (client secret from env FLEETREPAIR_OIDC_CLIENT_SECRET, never a flag); empty: no login, the dashboard stays closed")
 	f.StringVar(&oidc.ClientID, "oidc-client-id", "", "dashboard login: OAuth2 client ID registered with the issuer")
 	f.StringVar(&oidc.RedirectURL, "oidc-redirect-url", "", "dashboard login: callback URL registered with the issuer, https://HOST/auth/callback (https marks the session cookie Secure)")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -13,6 +14,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/fleetrepair/fleetrepair/controller/config"
+	"github.com/fleetrepair/fleetrepair/web/api"
 )
 
 // TestLoopback: --agent-auth=none is allowed only on loopback listen
@@ -45,6 +47,30 @@ func TestControllerEnv(t *testing.T) {
 			}
 			if v, _ := c.Flags().GetInt("workers"); v != 9 {
 				return "FLEETREPAIR_WORKERS=9 ignored"
+			}
+			return ""
+		}},
+		// The flood limits and server timeouts are flags with environment
+		// fallbacks and web/api's defaults.
+		{env: map[string]string{"FLEETREPAIR_SOURCE_RPS": "7", "FLEETREPAIR_TRUSTED_PROXIES": "10.0.0.0/8,192.168.0.0/16",
+			"FLEETREPAIR_READ_TIMEOUT": "3s", "FLEETREPAIR_VERIFY_RPS": "2.5"}, check: func(c *cobra.Command) string {
+			if v, _ := c.Flags().GetInt("source-rps"); v != 7 {
+				return "FLEETREPAIR_SOURCE_RPS=7 ignored"
+			}
+			if v, _ := c.Flags().GetStringSlice("trusted-proxies"); len(v) != 2 || v[1] != "192.168.0.0/16" {
+				return fmt.Sprintf("FLEETREPAIR_TRUSTED_PROXIES read as %q", v)
+			}
+			if v, _ := c.Flags().GetDuration("read-timeout"); v != 3*time.Second {
+				return "FLEETREPAIR_READ_TIMEOUT=3s ignored"
+			}
+			if v, _ := c.Flags().GetFloat64("verify-rps"); v != 2.5 {
+				return "FLEETREPAIR_VERIFY_RPS=2.5 ignored"
+			}
+			if v, _ := c.Flags().GetInt("agent-burst"); v != api.DefaultAgentBurst {
+				return fmt.Sprintf("--agent-burst default %d, want api.DefaultAgentBurst", v)
+			}
+			if v, _ := c.Flags().GetDuration("idle-timeout"); v != api.DefaultIdleTimeout {
+				return fmt.Sprintf("--idle-timeout default %s, want api.DefaultIdleTimeout", v)
 			}
 			return ""
 		}},

@@ -68,6 +68,9 @@ type Options struct {
 	// per source and per agent, shadow reports at once, audit rows); zero
 	// fields take web/api's defaults.
 	Limits api.Limits
+	// Server holds the HTTP server's timeouts and header limit; zero fields
+	// take web/api's defaults (api.DefaultReadTimeout, ...).
+	Server api.ServerOptions
 	// FindingRetention drops findings received longer ago than this, one
 	// day's partition at a time (store.MaintainFindings); 0 keeps every
 	// finding. Repairs, their audit and diagnoses are always kept.
@@ -176,7 +179,7 @@ func Start(ctx context.Context, o Options) (*Controller, error) {
 	}
 	svc, err := api.New(api.Config{Store: st, Catalog: cat, Serves: rec.Serves, Authenticator: o.Authenticator,
 		Feed: hub, Login: o.OIDC != nil || o.DevLogin,
-		OnIngest: rec.Trigger, ClusterStates: clusterStates(rec), NodeClaims: rec.NodeClaims, PeerNodes: rec.NodeAddresses, Operators: o.Operators, Gatherer: reg, Registerer: reg, Now: o.Now, Log: o.Log, Limits: o.Limits,
+		OnIngest: rec.Trigger, OnFindings: rec.TriggerFindings, ClusterStates: clusterStates(rec), NodeClaims: rec.NodeClaims, PeerNodes: rec.NodeAddresses, Operators: o.Operators, Gatherer: reg, Registerer: reg, Now: o.Now, Log: o.Log, Limits: o.Limits,
 		Shadow: func(ctx context.Context, since, until time.Time) (any, error) {
 			c := shadowCfg
 			c.Clusters = rec.ClusterNames() // the clusters served now
@@ -192,7 +195,8 @@ func Start(ctx context.Context, o Options) (*Controller, error) {
 		st.Close()
 		return nil, fmt.Errorf("start controller: %w", err)
 	}
-	sopts, scheme := api.ServerOptions{Log: o.Log}, "http"
+	sopts, scheme := o.Server, "http"
+	sopts.Log = o.Log
 	if (o.TLSCertFile == "") != (o.TLSKeyFile == "") {
 		st.Close()
 		return nil, errors.New("start controller: TLS needs both a certificate file and a key file")

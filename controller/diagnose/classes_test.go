@@ -102,6 +102,19 @@ func TestFaultClasses(t *testing.T) {
 			findings: []finding.Finding{fd(finding.DetectorFilesystemError, "b1", 0, "fs", "xfs", "device", "rbd0", "kind", "shutdown")},
 			reason:   catalog.ReasonStorageVolumeError, severity: catalog.SeverityEvent, action: catalog.ActionNone},
 
+		// nvidia-smi's own words: no GPU enumerated is the driver's state, a
+		// named GPU whose handle fails is that GPU.
+		{name: "nvidia-smi 'No devices were found' names no GPU: reboot, never replace", boot: "b1",
+			findings: []finding.Finding{fd(finding.DetectorNVMLError, "b1", 0, finding.AttrError, "No devices were found")},
+			reason:   catalog.ReasonDriverNotLoaded, severity: catalog.SeverityCondition, action: catalog.ActionReboot},
+		{name: "a GPU whose handle answers Unknown Error is lost", boot: "b1",
+			findings: []finding.Finding{func() finding.Finding {
+				f := fd(finding.DetectorNVMLError, "b1", 0, finding.AttrError, "Unknown Error")
+				f.GPUPCI = g1
+				return f
+			}()},
+			reason: catalog.ReasonGPULost, severity: catalog.SeverityCondition, action: catalog.ActionReplace},
+
 		// Per-SKU expectations.
 		{name: "7 of 8 GPUs on a p5.48xlarge is a lost GPU", boot: "b1", sku: "p5.48xlarge",
 			findings: []finding.Finding{fd(finding.DetectorGPUCount, "b1", 0, "found", "7")},

@@ -205,7 +205,7 @@ type incident struct {
 func (e *Engine) Diagnose(in Input) []Diagnosis {
 	current, history := splitBoots(in)
 	ctx := classifyContext{driverChanged: driverChanged(current, history) || manyGPUsFailInit(current),
-		nodeCreated: in.NodeCreated, now: in.Now, pciByIndex: pciByIndex(in.Inventory)}
+		nodeCreated: in.NodeCreated, now: in.Now, pciByIndex: pciByIndex(in.Inventory), driverHangs: driverHangs(current)}
 	if t, ok := e.instanceTypes[in.InstanceType]; ok {
 		ctx.sku = &t
 	}
@@ -283,6 +283,9 @@ type classifyContext struct {
 	nodeCreated, now time.Time
 	// pciByIndex maps NVML device indexes to PCI addresses (Inventory).
 	pciByIndex map[string]string
+	// driverHangs are the reports of this boot whose stacks are in the GPU
+	// driver: a lockup or stall of their CPU or task is the same hang.
+	driverHangs []driverHang
 }
 
 // pciByIndex maps the inventory's NVML indexes to PCI addresses.
@@ -328,7 +331,7 @@ func (e *Engine) classify(f *finding.Finding, ctx classifyContext) (signal, bool
 		}
 		s.nodeLevel = true
 	case finding.DetectorHungTask, finding.DetectorSoftLockup, finding.DetectorRCUStall:
-		s.reason, s.nodeLevel = stackReason(f), true
+		s.reason, s.nodeLevel = stackReason(f, ctx.driverHangs), true
 	case finding.DetectorFilesystemError:
 		s.reason, s.nodeLevel = catalog.ReasonStorageVolumeError, true
 		if VolumeRole(f) == "node" {
@@ -748,7 +751,7 @@ func (e *Engine) hasNonAttachable(inc *incident) bool {
 // earlier boots, keyed by GPU ("" for node-level signals).
 func (e *Engine) historyClasses(history []finding.Finding, sku *InstanceType) map[string]map[string]bool {
 	out := map[string]map[string]bool{}
-	for _, s := range e.relate(e.classifyAll(history, classifyContext{sku: sku})) {
+	for _, s := range e.relate(e.classifyAll(history, classifyContext{sku: sku, driverHangs: driverHangs(history)})) {
 		r := e.cat.MustLookup(s.reason)
 		// A secondary Xid (45, 43: the driver tearing a channel down after
 		// another error) and a hang the application's own fault caused are

@@ -2,6 +2,7 @@ package diagnose
 
 import (
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -72,15 +73,84 @@ func mismatchReason(f *finding.Finding) string {
 var gpuModules = map[string]bool{"nvidia": true, "nvidia_uvm": true, "nvidia_modeset": true,
 	"nvidia_drm": true, "nvidia_peermem": true, "nvidia_fs": true, "nv_peer_mem": true, "gdrdrv": true}
 
-// stackReason maps a hung-task, soft-lockup or rcu-stall finding.
-func stackReason(f *finding.Finding) string {
-	if gpuModules[f.Attr(finding.AttrModule)] {
+// stackReason maps a hung-task, soft-lockup or rcu-stall finding. A report
+// whose own stack names no GPU module is still the driver's hang when it is
+// about a CPU or a task that a driver-hang report of the same boot names
+// (hangs, from driverHangs): the watchdog repeats a soft lockup every few
+// seconds without the stack, and an RCU stall on the stuck CPU prints no
+// frames of the task (kernel/watchdog.c, kernel/rcu/tree_stall.h).
+func stackReason(f *finding.Finding, hangs []driverHang) string {
+	if gpuModules[f.Attr(finding.AttrModule)] || sameHang(f, hangs) {
 		return catalog.ReasonGPUDriverHang
 	}
 	if f.Detector == finding.DetectorHungTask {
 		return catalog.ReasonKernelHungTask
 	}
 	return catalog.ReasonKernelLockup
+}
+
+// driverHangWindow bounds how far apart a report and the driver-hang report
+// it joins may be: a lockup is repeated while it lasts (every 4 x
+// watchdog_thresh s, 40 s by default), an RCU stall every 60-180 s.
+const driverHangWindow = 10 * time.Minute
+
+// driverHang is the CPUs and task of a report whose stack is in the GPU driver.
+type driverHang struct {
+	cpus   []string
+	pid    string
+	bootID string
+	at     time.Time
+}
+
+// driverHangs returns the reports among fs whose stacks name a GPU module.
+func driverHangs(fs []finding.Finding) []driverHang {
+	var out []driverHang
+	for i := range fs {
+		f := &fs[i]
+		switch f.Detector {
+		case finding.DetectorHungTask, finding.DetectorSoftLockup, finding.DetectorRCUStall:
+		default:
+			continue
+		}
+		if !gpuModules[f.Attr(finding.AttrModule)] {
+			continue
+		}
+		out = append(out, driverHang{cpus: stackCPUs(f), pid: f.Attr(finding.AttrPID), bootID: f.BootID, at: f.Time})
+	}
+	return out
+}
+
+// stackCPUs is the CPU list of a lockup or stall report (AttrCPU, comma-separated).
+func stackCPUs(f *finding.Finding) []string {
+	c := f.Attr(finding.AttrCPU)
+	if c == "" {
+		return nil
+	}
+	return strings.Split(c, ",")
+}
+
+// sameHang reports whether f names a CPU or a task of one of hangs, of the
+// same boot and within driverHangWindow of it (untimed reports of one boot
+// are taken to be of the same input and join).
+func sameHang(f *finding.Finding, hangs []driverHang) bool {
+	cpus, pid := stackCPUs(f), f.Attr(finding.AttrPID)
+	for _, h := range hangs {
+		if f.BootID != h.bootID {
+			continue
+		}
+		if !f.Time.IsZero() && !h.at.IsZero() && (f.Time.Sub(h.at) > driverHangWindow || h.at.Sub(f.Time) > driverHangWindow) {
+			continue
+		}
+		if pid != "" && pid == h.pid {
+			return true
+		}
+		for _, c := range cpus {
+			if slices.Contains(h.cpus, c) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // nodeMounts are mount points whose filesystem is the node's own: the root,
@@ -245,7 +315,14 @@ func repeatedPeers(sigs []signal, n int, window time.Duration, now time.Time) []
 // NVIDIA driver", NVML's "Driver Not Loaded").
 func driverNotLoaded(e string) bool {
 	l := strings.ToLower(e)
-	return strings.Contains(l, "couldn't communicate with the nvidia driver") || strings.Contains(l, "driver not loaded")
+	// "No devices were found": the module answers and enumerates no GPU at
+	// all. It follows a driver or image change, a module that did not bind,
+	// or a container without GPUs as often as hardware; GPUs really gone
+	// from the bus are the sysfs GPU count's finding (GPULost), so nvidia-smi's
+	// line alone asks for a reboot, never a replacement (blind trial,
+	// test/fixtures/trial).
+	return strings.Contains(l, "couldn't communicate with the nvidia driver") || strings.Contains(l, "driver not loaded") ||
+		strings.Contains(l, "no devices were found")
 }
 
 // manyGPUsFailInit reports whether GPU initialisation (RmInitAdapter, GSP

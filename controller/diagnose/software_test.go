@@ -104,6 +104,23 @@ func TestSoftwareOSFabricRules(t *testing.T) {
 			catalog.ReasonKernelLockup, catalog.ActionReboot, 1},
 		{"RCU stall without modules", []finding.Finding{fd(finding.DetectorRCUStall, "b1", 0, "kind", "rcu_sched")},
 			catalog.ReasonKernelLockup, catalog.ActionReboot, 1},
+		{"RCU stall of the CPU a driver lockup holds is the driver hang", []finding.Finding{
+			fd(finding.DetectorSoftLockup, "b1", 0, "kind", "soft", "cpu", "37", "pid", "98211", "module", "nvidia"),
+			fd(finding.DetectorRCUStall, "b1", 20*time.Second, "kind", "rcu_sched", "cpu", "12,37"),
+		}, catalog.ReasonGPUDriverHang, catalog.ActionReboot, 1},
+		{"a repeated lockup of the driver's task without its stack is the driver hang", []finding.Finding{
+			fd(finding.DetectorSoftLockup, "b1", 0, "kind", "soft", "cpu", "37", "pid", "98211", "module", "nvidia"),
+			fd(finding.DetectorSoftLockup, "b1", 28*time.Second, "kind", "soft", "cpu", "5", "pid", "98211"),
+			fd(finding.DetectorHungTask, "b1", 2*time.Minute, "task", "nvidia-smi", "pid", "98211"),
+		}, catalog.ReasonGPUDriverHang, catalog.ActionReboot, 1},
+		{"an RCU stall of another CPU stays the kernel's", []finding.Finding{
+			fd(finding.DetectorSoftLockup, "b1", 0, "kind", "soft", "cpu", "37", "pid", "98211", "module", "nvidia"),
+			fd(finding.DetectorRCUStall, "b1", 20*time.Second, "kind", "rcu_sched", "cpu", "12"),
+		}, catalog.ReasonGPUDriverHang, catalog.ActionReboot, 2},
+		{"a lockup of the same CPU an hour later is a new one", []finding.Finding{
+			fd(finding.DetectorSoftLockup, "b1", 0, "kind", "soft", "cpu", "37", "pid", "98211", "module", "nvidia"),
+			fd(finding.DetectorSoftLockup, "b1", time.Hour, "kind", "soft", "cpu", "37", "pid", "4410"),
+		}, catalog.ReasonGPUDriverHang, catalog.ActionReboot, 2},
 		{"hung task in nvidia_uvm", []finding.Finding{fd(finding.DetectorHungTask, "b1", 0, "task", "python", "module", "nvidia_uvm")},
 			catalog.ReasonGPUDriverHang, catalog.ActionReboot, 1},
 		{"XFS shutdown of the root volume", []finding.Finding{fd(finding.DetectorFilesystemError, "b1", 0, "fs", "xfs", "device", "nvme0n1p1", "kind", "shutdown")},

@@ -222,3 +222,63 @@ func waitFor(t *testing.T, deadline time.Time, what string, ok func() bool, expl
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestLoneFailureNotBehindHeldWave: zone z1's breaker is open (six of its
+// ten nodes lost a GPU); the other four report the same, then a lone z2
+// node does, all queued as new evidence before a single worker starts.
+// Every repair opens first (the ledger step); then the lone node's
+// quarantine is written before any of the four held z1 nodes' (their
+// follow-ups wait at PriorityHeld): the quarantine and toleration clock of a
+// failure the breaker does not hold never wait behind a held wave. In FIFO
+// order the four would be quarantined first.
+func TestLoneFailureNotBehindHeldWave(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	e, z1, z2 := zoneFleet(t, repair.Config{Toleration: time.Hour, Resync: time.Hour, Workers: 1})
+	st, rec, clk := e.st, e.rec, e.clock
+	for _, n := range z1[:6] {
+		e.ingest(t, n, xid79())
+		e.reconcile(t, n)
+	}
+	clk.Add(time.Minute)
+	if err := rec.EvaluateBreakers(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wave, lone := z1[6:], z2[0]
+	for _, n := range append(append([]string(nil), wave...), lone) {
+		e.ingest(t, n, xid79())
+		rec.TriggerFindings("c1", n) // the lone node last
+	}
+	done := make(chan error, 1)
+	go func() { done <- rec.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	quarantined := func(node string) int64 { // the audit entry's ID: the order of writes
+		rp, err := st.OpenRepairForNode(ctx, "c1", node)
+		if err != nil {
+			return 0
+		}
+		audit, _ := st.RepairAudit(ctx, rp.ID)
+		for _, a := range audit {
+			if a.To == ledger.Quarantined {
+				return a.ID
+			}
+		}
+		return 0
+	}
+	deadline := time.Now().Add(60 * time.Second) // liveness bound, not a speed assertion
+	waitFor(t, deadline, "every node quarantined", func() bool {
+		for _, n := range append(append([]string(nil), wave...), lone) {
+			if quarantined(n) == 0 {
+				return false
+			}
+		}
+		return true
+	}, nil)
+	l := quarantined(lone)
+	for _, n := range wave {
+		if q := quarantined(n); q < l {
+			t.Errorf("held wave node %s quarantined (audit %d) before the lone failure %s (audit %d)", n, q, lone, l)
+		}
+	}
+}

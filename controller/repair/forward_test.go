@@ -89,7 +89,7 @@ func TestTriggersReachTheLeader(t *testing.T) {
 		t.Fatalf("audit of n1's repair: %v %v", audit, err)
 	}
 
-	ingest("n2")       // stored, nobody triggered
-	r.a.EvaluateSoon() // A's next pass
+	ingest("n2")   // stored, nobody triggered
+	r.a.PassSoon() // A's next pass
 	waitOpen("n2")
 }

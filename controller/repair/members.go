@@ -47,7 +47,7 @@ func (r *Reconciler) AddCluster(name string, k *kube.Cluster) error {
 		r.startMemberLocked(name, m)
 	}
 	r.log.Info("serving cluster", "cluster", name)
-	r.EvaluateSoon()
+	r.PassSoon() // its open repairs and new findings are picked up, its breakers evaluated
 	return nil
 }
 

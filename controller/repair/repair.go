@@ -24,6 +24,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 
 	"github.com/fleetrepair/fleetrepair/controller/breaker"
 	"github.com/fleetrepair/fleetrepair/controller/catalog"
@@ -103,12 +104,29 @@ type Config struct {
 	// Lifecycle are the graces after which a NodeClaim in a transitional
 	// lifecycle state is stuck (zero fields: lifecycle.DefaultGraces).
 	Lifecycle lifecycle.Graces
-	// Crash is fault injection for the HA tests: when it returns true at a
-	// named point ("after-begin-deletion", "after-delete-call") the
+	// Crash is fault injection for the HA tests and the fault suite
+	// (test/load): when it returns true at a named point (CrashPoints) the
 	// reconciler stops right there, as a killed process would. Nil in
 	// production.
 	Crash func(point string) bool
 }
+
+// CrashPoints are the points of a repair where Config.Crash is asked, in
+// the order a replacement passes them:
+//
+//   - after-quarantine: the NodeCondition and NoSchedule taint are set, the
+//     ledger still says detected;
+//   - after-quarantined, after-tolerating: the transition is recorded (the
+//     repair waits out its toleration window in tolerating);
+//   - before-begin-deletion: the deletion guards were read, their
+//     transaction (BeginDeletion) not run;
+//   - after-begin-deletion: the guards passed and the repair is deleting,
+//     no delete call issued;
+//   - after-delete-call: the NodeClaim delete was issued;
+//   - waiting-replacement: the NodeClaim is being deleted (Karpenter's
+//     finalizer holds it), the repair waits for it to be gone.
+var CrashPoints = []string{"after-quarantine", "after-quarantined", "after-tolerating", "before-begin-deletion",
+	"after-begin-deletion", "after-delete-call", "waiting-replacement"}
 
 // ErrCrashed is returned when Config.Crash stopped a reconcile.
 var ErrCrashed = errors.New("reconcile stopped by fault injection")
@@ -121,9 +139,11 @@ type Reconciler struct {
 	log *slog.Logger
 
 	mu sync.Mutex
-	// queue holds the nodes to reconcile (client-go's rate-limited work
-	// queue: per-node deduplication and exponential per-node backoff).
-	queue workqueue.TypedRateLimitingInterface[nodeKey]
+	// queue holds the nodes to reconcile: controller-runtime's priority
+	// queue (per-node deduplication, exponential per-node backoff, client-go's
+	// work queue metrics; the higher priority first, FIFO within one). The
+	// priorities are in queue.go.
+	queue priorityqueue.PriorityQueue[nodeKey]
 	// forward holds triggers for clusters another replica leads
 	// (forwardLoop sends them); catchUpFrom is where the next pass's
 	// catch-up on new findings starts (zero: CatchUpLookback back).
@@ -131,8 +151,15 @@ type Reconciler struct {
 	forwardDropped prometheus.Counter
 	catchUpFrom    time.Time
 	catchUpGen     int // bumped by every reset of catchUpFrom
-	// evaluate asks the periodic pass to run now (EvaluateSoon).
-	evaluate chan struct{}
+	// wakes holds each node's PriorityFollowUp trigger at the end of its
+	// repair's toleration window (wakeAt).
+	wakes map[nodeKey]*wakeup
+	// awaiting holds the nodes whose deletion waits for a fresh breaker
+	// evaluation (awaitBreakers).
+	awaiting map[nodeKey]bool
+	// evaluate asks for a breaker evaluation now (EvaluateSoon), pass for
+	// the whole periodic pass (PassSoon).
+	evaluate, pass chan struct{}
 	// leading is nil when leader election is off (every cluster is ours);
 	// else the clusters whose Lease this replica holds.
 	leading map[string]bool
@@ -220,7 +247,8 @@ func New(cfg Config) (*Reconciler, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	r := &Reconciler{cfg: cfg, log: cfg.Log, evaluate: make(chan struct{}, 1), members: map[string]*member{},
+	r := &Reconciler{cfg: cfg, log: cfg.Log, evaluate: make(chan struct{}, 1), pass: make(chan struct{}, 1), wakes: map[nodeKey]*wakeup{},
+		members: map[string]*member{},
 		reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fleetrepair_reconcile_total",
 			Help: "Node reconciliations by result (ok, error)."}, []string{"result"}),
 		deletions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fleetrepair_nodeclaim_deletions_total",
@@ -252,9 +280,14 @@ func New(cfg Config) (*Reconciler, error) {
 			return nil, err
 		}
 	}
-	r.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
-		workqueue.NewTypedItemExponentialFailureRateLimiter[nodeKey](cfg.RetryBase, cfg.RetryMax),
-		workqueue.TypedRateLimitingQueueConfig[nodeKey]{Name: "nodes", MetricsProvider: qm})
+	name := "nodes"
+	if qm == nil {
+		name = "" // no metrics (controller-runtime's default would be its global registry)
+	}
+	r.queue = priorityqueue.New(name, func(o *priorityqueue.Opts[nodeKey]) {
+		o.RateLimiter = workqueue.NewTypedItemExponentialFailureRateLimiter[nodeKey](cfg.RetryBase, cfg.RetryMax)
+		o.MetricProvider = qm
+	})
 	for name, k := range cfg.Clusters {
 		if k == nil {
 			return nil, fmt.Errorf("new reconciler: cluster %s has no Kubernetes access", name)
@@ -268,15 +301,36 @@ func New(cfg Config) (*Reconciler, error) {
 // to date with its findings. It is idempotent. Errors are returned wrapped;
 // the next pass retries.
 func (r *Reconciler) ReconcileNode(ctx context.Context, cluster, node string) error {
+	_, err := r.reconcile(ctx, cluster, node, false)
+	return err
+}
+
+// reconciled is what a reconcile tells the work queue.
+type reconciled struct {
+	// wake is when the node's repair next needs a reconcile without new
+	// evidence: the end of its toleration window (zero: nothing known).
+	wake time.Time
+	// held (ledgerOnly): the node's repair is open and an open breaker
+	// holds it.
+	held bool
+}
+
+// reconcile is ReconcileNode. With ledgerOnly it stops after the database
+// part: findings read, diagnoses recorded, a repair opened for a new
+// condition-severity diagnosis; no Kubernetes write, no ledger step beyond
+// Detected (the work queue's evidence priority, queue.go: in a wave every
+// repair opens before any node's rate-limited API writes). It returns what
+// the work queue needs to know next (reconciled).
+func (r *Reconciler) reconcile(ctx context.Context, cluster, node string, ledgerOnly bool) (reconciled, error) {
 	k := r.kubeFor(cluster)
 	if k == nil {
-		return fmt.Errorf("reconcile %s/%s: %w", cluster, node, ErrUnknownCluster)
+		return reconciled{}, fmt.Errorf("reconcile %s/%s: %w", cluster, node, ErrUnknownCluster)
 	}
 	now := r.cfg.Now()
 	open, err := r.cfg.Store.OpenRepairForNode(ctx, cluster, node)
 	hasOpen := err == nil
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
-		return fmt.Errorf("reconcile %s/%s: %w", cluster, node, err)
+		return reconciled{}, fmt.Errorf("reconcile %s/%s: %w", cluster, node, err)
 	}
 
 	info, err := k.NodeInfo(ctx, node)
@@ -284,23 +338,23 @@ func (r *Reconciler) ReconcileNode(ctx context.Context, cluster, node string) er
 	if apierrors.IsNotFound(errors.Unwrap(err)) || apierrors.IsNotFound(err) {
 		// The Node is gone (replaced, scaled down): nothing of it stays active.
 		if _, err := r.cfg.Store.DeactivateDiagnoses(ctx, cluster, node, nil, now); err != nil {
-			return fmt.Errorf("reconcile %s/%s: %w", cluster, node, err)
+			return reconciled{}, fmt.Errorf("reconcile %s/%s: %w", cluster, node, err)
 		}
-		if hasOpen {
-			return r.nodeGone(ctx, k, open, now)
+		if hasOpen && !ledgerOnly {
+			return reconciled{}, r.nodeGone(ctx, k, open, now)
 		}
-		return nil
+		return reconciled{}, nil
 	}
 	if err != nil {
-		return fmt.Errorf("reconcile %s/%s: %w", cluster, node, err)
+		return reconciled{}, fmt.Errorf("reconcile %s/%s: %w", cluster, node, err)
 	}
 	if _, err := r.cfg.Store.UpsertNodeMeta(ctx, store.Node{Cluster: cluster, Name: node, NodePool: info.NodePool,
 		Zone: info.Zone, InstanceType: info.InstanceType, NodeClaim: info.NodeClaim, Labels: r.cohortLabels(info)}, now); err != nil {
-		return fmt.Errorf("reconcile %s/%s: %w", cluster, node, err)
+		return reconciled{}, fmt.Errorf("reconcile %s/%s: %w", cluster, node, err)
 	}
 	n, err := r.cfg.Store.GetNode(ctx, cluster, node)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
-		return fmt.Errorf("reconcile %s/%s: %w", cluster, node, err)
+		return reconciled{}, fmt.Errorf("reconcile %s/%s: %w", cluster, node, err)
 	}
 	// Every finding of the current boot counts, however old (a GPU lost 20
 	// days ago in this boot is still lost); earlier boots only within the
@@ -308,7 +362,7 @@ func (r *Reconciler) ReconcileNode(ctx context.Context, cluster, node string) er
 	// current.
 	all, err := r.cfg.Store.FindingsForNode(ctx, cluster, node, time.Time{}, 10000)
 	if err != nil {
-		return fmt.Errorf("reconcile %s/%s: %w", cluster, node, err)
+		return reconciled{}, fmt.Errorf("reconcile %s/%s: %w", cluster, node, err)
 	}
 	fs := all[:0]
 	for _, f := range all {
@@ -327,24 +381,38 @@ func (r *Reconciler) ReconcileNode(ctx context.Context, cluster, node string) er
 	ds = r.applyPolicy(ds, info.NodePool)
 	events, err := r.recordDiagnoses(ctx, k, n.BootID, node, ds, now)
 	if err != nil {
-		return err
+		return reconciled{}, err
 	}
 	head := diagnose.Headline(ds)
 	if head.Severity == catalog.SeverityCondition && !hasOpen && leaving(info.Lifecycle(now, r.cfg.Lifecycle)) {
 		// Already leaving: Karpenter drains and removes it. A repair would
 		// only send a second delete (c27); the diagnoses and their Events
 		// stay visible.
-		return r.recordEvents(ctx, k, node, events, now)
+		if ledgerOnly {
+			return reconciled{}, nil // the Events are the follow-up's
+		}
+		return reconciled{}, r.recordEvents(ctx, k, node, events, now)
 	}
-	if head.Severity != catalog.SeverityCondition {
+	var out reconciled
+	switch {
+	case head.Severity != catalog.SeverityCondition && ledgerOnly:
+		return reconciled{}, nil // clearing the condition and taint is the follow-up's
+	case head.Severity != catalog.SeverityCondition:
 		err = r.healthy(ctx, k, node, head, open, hasOpen, now)
-	} else {
-		err = r.unhealthy(ctx, k, info, nodeFromInfo(cluster, info, n), head, open, hasOpen, now)
+	case ledgerOnly:
+		rp, suppressed, err := r.openRepair(ctx, k, info, head, open, hasOpen, now)
+		if err != nil || suppressed || rp.ID == 0 {
+			return reconciled{}, err
+		}
+		ok, _, err := r.breakerAllows(ctx, nodeFromInfo(cluster, info, n))
+		return reconciled{held: !ok}, err
+	default:
+		out.wake, err = r.unhealthy(ctx, k, info, nodeFromInfo(cluster, info, n), head, open, hasOpen, now)
 	}
 	if err != nil {
-		return err
+		return reconciled{}, err
 	}
-	return r.recordEvents(ctx, k, node, events, now)
+	return out, r.recordEvents(ctx, k, node, events, now)
 }
 
 // pendingEvent is a stored diagnosis whose Kubernetes Event is not written
@@ -416,37 +484,59 @@ func (r *Reconciler) applyPolicy(ds []diagnose.Diagnosis, nodePool string) []dia
 	return r.cfg.Policy.Apply(r.cfg.Engine.Catalog(), ds, nodePool)
 }
 
-// unhealthy handles a node whose headline diagnosis has condition severity.
-func (r *Reconciler) unhealthy(ctx context.Context, k *kube.Cluster, info kube.NodeInfo, sn heldNode, head diagnose.Diagnosis, open store.Repair, hasOpen bool, now time.Time) error {
+// unhealthy handles a node whose headline diagnosis has condition severity:
+// the repair opened (openRepair), the quarantine written, the repair
+// advanced. It returns when the repair next needs a reconcile (see
+// reconcile).
+func (r *Reconciler) unhealthy(ctx context.Context, k *kube.Cluster, info kube.NodeInfo, sn heldNode, head diagnose.Diagnosis, open store.Repair, hasOpen bool, now time.Time) (time.Time, error) {
+	open, suppressed, err := r.openRepair(ctx, k, info, head, open, hasOpen, now)
+	if err != nil || suppressed {
+		return time.Time{}, r.quarantine(ctx, k, info.Name, head, now, err)
+	}
+	if err := r.quarantine(ctx, k, info.Name, head, now, nil); err != nil {
+		return time.Time{}, err
+	}
+	if open.State == ledger.Detected && r.crash("after-quarantine") {
+		return time.Time{}, ErrCrashed
+	}
+	rp, err := r.advance(ctx, k, info, sn, open, head, now)
+	if err != nil || rp.State != ledger.Tolerating {
+		return time.Time{}, err
+	}
+	return rp.TolerationUntil, nil
+}
+
+// openRepair opens the node's repair for head unless it has one (then it
+// links head's findings to it) or the latest repair already settled this
+// fault (suppressed: true, nothing opened). Database work only.
+func (r *Reconciler) openRepair(ctx context.Context, k *kube.Cluster, info kube.NodeInfo, head diagnose.Diagnosis, open store.Repair, hasOpen bool, now time.Time) (store.Repair, bool, error) {
 	node := info.Name
-	if !hasOpen {
-		if skip, err := r.suppressed(ctx, k.Name(), node, string(info.NodeClaimUID), head.Reason); err != nil || skip {
-			return r.quarantine(ctx, k, node, head, now, err)
+	if hasOpen {
+		if _, err := r.cfg.Store.AddRepairFindings(ctx, open.ID, head.FindingIDs); err != nil {
+			return open, false, fmt.Errorf("link findings to repair %d: %w", open.ID, err)
 		}
-		tol := decide.Toleration(head, r.effective(head, info.NodePool).Toleration)
-		rp, created, err := r.cfg.Store.OpenRepair(ctx, store.Repair{
-			Cluster: k.Name(), Node: node, NodeClaim: info.NodeClaim, NodeClaimUID: string(info.NodeClaimUID),
-			NodePool: info.NodePool, Reason: head.Reason, FaultClass: head.FaultClass,
-			RecommendedAction: string(head.Action), DryRun: r.cfg.DryRun, State: ledger.Detected,
-			TolerationStartedAt: now, TolerationUntil: now.Add(tol), FindingIDs: head.FindingIDs,
-			Detail: map[string]any{"message": head.Message, "gpus": head.GPUs, "toleration_seconds": tol.Seconds()},
-		}, Actor, head.Message, now)
-		if err != nil {
-			return fmt.Errorf("open repair on %s/%s: %w", k.Name(), node, err)
-		}
-		if created {
-			r.EvaluateSoon() // a new condition diagnosis: the breakers see it before any deletion
-			r.log.InfoContext(ctx, "repair opened", "cluster", k.Name(), "node", node, "repair", rp.ID,
-				"reason", head.Reason, "action", head.Action, "toleration", tol)
-		}
-		open = rp
-	} else if _, err := r.cfg.Store.AddRepairFindings(ctx, open.ID, head.FindingIDs); err != nil {
-		return fmt.Errorf("link findings to repair %d: %w", open.ID, err)
+		return open, false, nil
 	}
-	if err := r.quarantine(ctx, k, node, head, now, nil); err != nil {
-		return err
+	if skip, err := r.suppressed(ctx, k.Name(), node, string(info.NodeClaimUID), head.Reason); err != nil || skip {
+		return open, skip, err
 	}
-	return r.advance(ctx, k, info, sn, open, head, now)
+	tol := decide.Toleration(head, r.effective(head, info.NodePool).Toleration)
+	rp, created, err := r.cfg.Store.OpenRepair(ctx, store.Repair{
+		Cluster: k.Name(), Node: node, NodeClaim: info.NodeClaim, NodeClaimUID: string(info.NodeClaimUID),
+		NodePool: info.NodePool, Reason: head.Reason, FaultClass: head.FaultClass,
+		RecommendedAction: string(head.Action), DryRun: r.cfg.DryRun, State: ledger.Detected,
+		TolerationStartedAt: now, TolerationUntil: now.Add(tol), FindingIDs: head.FindingIDs,
+		Detail: map[string]any{"message": head.Message, "gpus": head.GPUs, "toleration_seconds": tol.Seconds()},
+	}, Actor, head.Message, now)
+	if err != nil {
+		return open, false, fmt.Errorf("open repair on %s/%s: %w", k.Name(), node, err)
+	}
+	if created {
+		r.EvaluateSoon() // a new condition diagnosis: the breakers see it before any deletion
+		r.log.InfoContext(ctx, "repair opened", "cluster", k.Name(), "node", node, "repair", rp.ID,
+			"reason", head.Reason, "action", head.Action, "toleration", tol)
+	}
+	return rp, false, nil
 }
 
 // quarantine sets the NodeCondition (False: not ready) and the NoSchedule taint.
@@ -485,8 +575,8 @@ func ledgerRow(rp store.Repair) decide.Repair {
 
 // advance moves an open repair as far as it can go now: each round feeds
 // decide.Step the ledger row, the headline diagnosis and the facts it
-// needs, and carries out its answer.
-func (r *Reconciler) advance(ctx context.Context, k *kube.Cluster, info kube.NodeInfo, sn heldNode, rp store.Repair, head diagnose.Diagnosis, now time.Time) error {
+// needs, and carries out its answer. It returns the repair as it left it.
+func (r *Reconciler) advance(ctx context.Context, k *kube.Cluster, info kube.NodeInfo, sn heldNode, rp store.Repair, head diagnose.Diagnosis, now time.Time) (store.Repair, error) {
 	for i := 0; i < 6; i++ { // each step is one transition; bounded for safety
 		row := ledgerRow(rp)
 		f := decide.Facts{Action: r.effective(head, rp.NodePool).Action, NodeClaimUID: string(info.NodeClaimUID),
@@ -494,21 +584,21 @@ func (r *Reconciler) advance(ctx context.Context, k *kube.Cluster, info kube.Nod
 		if decide.NeedsBreakers(row) {
 			ok, _, err := r.breakerAllows(ctx, sn)
 			if err != nil {
-				return err
+				return rp, err
 			}
 			f.BreakerAllows = ok
 			f.Resumed = func() (string, string, bool) { return r.resumeOf(ctx, sn, row.Since) }
 		}
 		next, err := r.carry(ctx, k, sn, rp, decide.Step(row, head, f, now), now)
 		if err != nil {
-			return err
+			return rp, err
 		}
 		if next.State == rp.State {
-			return nil
+			return next, nil
 		}
 		rp = next
 	}
-	return nil
+	return rp, nil
 }
 
 // carry carries out one decide.Next for repair rp.
@@ -565,6 +655,9 @@ func (r *Reconciler) step(ctx context.Context, rp store.Repair, next decide.Next
 	r.tellTransition(out, next)
 	r.log.InfoContext(ctx, "repair transition", "cluster", rp.Cluster, "node", rp.Node, "repair", rp.ID,
 		"from", rp.State, "to", next.To, "why", next.Why)
+	if r.crash("after-" + string(next.To)) {
+		return out, ErrCrashed
+	}
 	return out, nil
 }
 
@@ -578,6 +671,9 @@ func (r *Reconciler) execute(ctx context.Context, k *kube.Cluster, sn heldNode, 
 	guard, err := r.deletionGuard(ctx, k, sn, rp, g.HumanApproved, now)
 	if err != nil {
 		return rp, fmt.Errorf("begin deletion of repair %d: %w", rp.ID, err)
+	}
+	if r.crash("before-begin-deletion") {
+		return rp, ErrCrashed
 	}
 	next, err := r.cfg.Store.BeginDeletion(ctx, rp.ID, rp.State, Actor, g.Why, now, guard)
 	if errors.Is(err, store.ErrConflict) {
@@ -607,6 +703,7 @@ func (r *Reconciler) execute(ctx context.Context, k *kube.Cluster, sn heldNode, 
 		r.log.InfoContext(ctx, "repair held by the node's owners", "cluster", rp.Cluster, "node", rp.Node, "repair", rp.ID, "err", err)
 	}
 	if after.Retry == "breakers" {
+		r.awaitBreakers(nodeKey{rp.Cluster, rp.Node})
 		r.EvaluateSoon() // retried once the breakers are evaluated again
 	}
 	if after.Hold != "" {
@@ -658,8 +755,14 @@ func (r *Reconciler) deleting(ctx context.Context, k *kube.Cluster, rp store.Rep
 				Note: fmt.Sprintf("deleted NodeClaim %s (uid %s); Karpenter drains the node and launches its replacement", rp.NodeClaim, rp.NodeClaimUID)})
 			r.log.InfoContext(ctx, "nodeclaim deleted", "cluster", rp.Cluster, "node", rp.Node, "nodeclaim", rp.NodeClaim, "repair", rp.ID)
 		}
-		if gone, err = k.NodeClaimGone(ctx, rp.NodeClaim, uid); err != nil || !gone {
+		if gone, err = k.NodeClaimGone(ctx, rp.NodeClaim, uid); err != nil {
 			return rp, err
+		}
+		if !gone {
+			if r.crash("waiting-replacement") {
+				return rp, ErrCrashed
+			}
+			return rp, nil
 		}
 	}
 	return r.step(ctx, rp, decide.Replaced(row), now)

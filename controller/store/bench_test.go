@@ -84,11 +84,43 @@ func BenchmarkIngestReportParallel(b *testing.B) {
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "reports/s")
 }
 
+// BenchmarkIngestSmallReportParallel is the shape of a fleet's findings
+// traffic (a zone wave, background noise): many agents at once, each
+// report carrying one new finding for its own node.
+func BenchmarkIngestSmallReportParallel(b *testing.B) {
+	ctx := context.Background()
+	s := open(b)
+	var worker atomic.Int64
+	b.SetParallelism(benchAgents)
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		w := worker.Add(1)
+		base := report("c1", "n1", "boot-a", 1, t0)
+		i := 0
+		for pb.Next() {
+			r := base
+			r.Node = fmt.Sprintf("w%d-n%d", w, i%benchNodes)
+			f := base.Findings[0]
+			f.Node, f.ID = r.Node, fmt.Sprintf("%d-%d", w, i)
+			r.Findings = []finding.Finding{f}
+			res, err := s.IngestReport(ctx, r, t0.Add(time.Duration(i)*time.Millisecond))
+			if err != nil || res.Inserted != 1 {
+				b.Errorf("ingest: %+v, %v; want 1 inserted", res, err)
+				return
+			}
+			i++
+		}
+	})
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "findings/s")
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "reports/s")
+}
+
 // BenchmarkIngestHeartbeat measures the steady state of a fleet: reports
 // without findings whose heartbeat changes nothing (the same boot ID,
 // versions and monitor states as the node's previous report), from 10,000
 // nodes in turn, many at once. Each must answer Changed = false.
-// IngestReport writes such reports in groups (heartbeats.go).
+// IngestReport writes such reports in groups (groupcommit.go).
 func BenchmarkIngestHeartbeat(b *testing.B) {
 	ctx := context.Background()
 	s := open(b)

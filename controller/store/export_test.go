@@ -13,3 +13,9 @@ const (
 	RepairCols         = repairCols
 	SQLRepairAudit     = sqlRepairAudit
 )
+
+// GroupStats returns how many group transactions committed and how many
+// reports they held (groupcommit.go).
+func GroupStats(s *Store) (groups, reports int64) {
+	return s.groups.committed.Load(), s.groups.reports.Load()
+}

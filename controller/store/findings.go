@@ -160,7 +160,7 @@ type IngestResult struct {
 }
 
 // IngestReport stores one agent Report atomically in one round trip to
-// PostgreSQL (a pipelined batch of two or three statements in an implicit
+// PostgreSQL (a pipelined batch of three or four statements in an implicit
 // transaction): it creates the cluster row the first time this Store sees
 // the cluster, takes the node's lock, upserts the node's agent
 // facts (boot ID, last_seen = now, heartbeat, driver/kernel/agent version
@@ -171,9 +171,11 @@ type IngestResult struct {
 // finding the schema refuses, e.g. count 0, fails the whole report with
 // ErrInvalid); a database that cannot be reached is ErrUnavailable.
 //
-// A report without findings (a heartbeat) is written together with the
-// heartbeats of other nodes waiting at the same moment (heartbeats.go), with
-// the same effect and answer as alone.
+// A report is written together with the reports of other nodes waiting at
+// the same moment, in one transaction (group commit, groupcommit.go), with
+// the same effect and answer as alone; it returns only after that
+// transaction committed. The first report of a cluster this Store has not
+// seen yet is written alone (it creates the cluster row).
 //
 // The caller validates the report first (finding.Report.Validate); the store
 // fills a finding's empty Node and BootID from the report, and keeps the
@@ -211,14 +213,16 @@ func (s *Store) IngestReport(ctx context.Context, r finding.Report, now time.Tim
 	}
 
 	_, knownCluster := s.clusters.Load(r.Cluster)
-	if len(ids) == 0 && knownCluster && s.groups != nil {
-		changed, err := s.groups.submit(ctx, &nodeReport{cluster: r.Cluster, node: r.Node, boot: r.BootID, driver: driver,
-			kernel: kernel, agent: r.AgentVersion, heartbeat: hb, sentAt: nullTime(r.SentAt), now: now})
+	if knownCluster && s.groups != nil {
+		res, err := s.groups.submit(ctx, &nodeReport{cluster: r.Cluster, node: r.Node, boot: r.BootID, driver: driver,
+			kernel: kernel, agent: r.AgentVersion, heartbeat: hb, sentAt: nullTime(r.SentAt), now: now, findings: rows})
 		if err != nil {
 			return IngestResult{}, errorf(err, "ingest report from %s/%s", r.Cluster, r.Node)
 		}
-		return IngestResult{Changed: changed}, nil
+		return IngestResult{Changed: res.changed, Inserted: res.inserted}, nil
 	}
+	// The first report of a cluster this Store has not seen: alone, with
+	// the cluster row.
 	b := &pgx.Batch{}
 	if !knownCluster {
 		b.Queue(sqlEnsureCluster, r.Cluster, now)

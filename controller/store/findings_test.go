@@ -423,6 +423,78 @@ func TestIngestHeartbeatsConcurrently(t *testing.T) {
 	}
 }
 
+// TestIngestFindingsConcurrently: reports with findings from many agents at
+// once are written in groups (group commit) with the answers of one by one:
+// three reports of each node in flight together (two overlapping, one a
+// resend of the first) insert each finding exactly once between them, and
+// a report the schema refuses fails alone, storing nothing, while the
+// reports grouped with it are stored.
+func TestIngestFindingsConcurrently(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := open(t)
+	const nodes = 60
+	if _, err := s.IngestReport(ctx, report("c1", "first", "boot-a", 0, t0), t0); err != nil {
+		t.Fatal(err) // the cluster row: every report below is grouped
+	}
+	at := t0.Add(time.Minute)
+	var wg sync.WaitGroup
+	inserted := make([][3]int, nodes)
+	errs := make(chan error, 3*nodes+1)
+	for i := range nodes {
+		node := fmt.Sprintf("n%d", i)
+		all := report("c1", node, "boot-a", 15, at)
+		for j, r := range []finding.Report{
+			{SchemaVersion: all.SchemaVersion, Cluster: "c1", Node: node, BootID: "boot-a", SentAt: at, Findings: all.Findings[:10]},
+			{SchemaVersion: all.SchemaVersion, Cluster: "c1", Node: node, BootID: "boot-a", SentAt: at, Findings: all.Findings[5:]},
+			{SchemaVersion: all.SchemaVersion, Cluster: "c1", Node: node, BootID: "boot-a", SentAt: at, Findings: all.Findings[:10]},
+		} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				res, err := s.IngestReport(ctx, r, at)
+				if err != nil {
+					errs <- fmt.Errorf("%s report %d: %w", node, j, err)
+					return
+				}
+				inserted[i][j] = res.Inserted
+			}()
+		}
+	}
+	bad := report("c1", "bad", "boot-a", 3, at)
+	bad.Findings[2].Count = 0
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if _, err := s.IngestReport(ctx, bad, at); !errors.Is(err, store.ErrInvalid) {
+			errs <- fmt.Errorf("report with a refused finding: %v, want ErrInvalid", err)
+		}
+	}()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	for i := range nodes {
+		node := fmt.Sprintf("n%d", i)
+		if got := inserted[i][0] + inserted[i][1] + inserted[i][2]; got != 15 {
+			t.Errorf("%s: inserted %v, sum %d; want 15 (each finding once)", node, inserted[i], got)
+		}
+		fs, err := s.FindingsForNode(ctx, "c1", node, time.Time{}, 0)
+		if err != nil || len(fs) != 15 {
+			t.Errorf("%s: %d findings stored, %v; want 15", node, len(fs), err)
+		}
+	}
+	if fs, err := s.FindingsForNode(ctx, "c1", "bad", time.Time{}, 0); err != nil || len(fs) != 0 {
+		t.Errorf("refused report: %d findings stored, %v; want none", len(fs), err)
+	}
+	if _, err := s.GetNode(ctx, "c1", "bad"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("refused report's node row: %v, want ErrNotFound", err)
+	}
+	groups, reports := store.GroupStats(s)
+	t.Logf("%d reports in %d transactions", reports, groups)
+}
+
 // TestIngestResendToReplicaBehind: replicas' clocks differ; a report stored
 // by a replica whose clock is ahead and resent to one whose clock is behind
 // is still recognised, and a colliding ID from another node is still stored.

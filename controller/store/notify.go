@@ -12,15 +12,23 @@ import (
 
 // ReconcileChannel is the PostgreSQL NOTIFY channel on which a replica that
 // ingested a report hands the node to the replica leading its cluster.
-// Payload: "cluster/node" lines, at most maxNotifyPayload bytes each
-// notification.
+// Payload: "cluster/node" lines, "+cluster/node" for a node with new
+// findings (NodeRef.Findings), at most maxNotifyPayload bytes each
+// notification. (A replica from before the "+" reads such a line as a
+// cluster it does not lead and ignores it; its catch-up pass still finds
+// the node's findings.)
 const ReconcileChannel = "fleetrepair_reconcile"
 
 // maxNotifyPayload keeps a payload under PostgreSQL's 8000-byte limit.
 const maxNotifyPayload = 7900
 
 // NodeRef names one node of one cluster.
-type NodeRef struct{ Cluster, Node string }
+type NodeRef struct {
+	Cluster, Node string
+	// Findings: the node has newly stored findings (NotifyReconcile and
+	// ListenReconcile carry it; NodesWithFindingsSince leaves it false).
+	Findings bool
+}
 
 // NotifyReconcile publishes refs on ReconcileChannel, batched into as few
 // notifications as the payload limit allows, in one transaction (delivered
@@ -33,6 +41,9 @@ func (s *Store) NotifyReconcile(ctx context.Context, refs []NodeRef) error {
 	var b strings.Builder
 	for _, r := range refs {
 		line := r.Cluster + "/" + r.Node
+		if r.Findings {
+			line = "+" + line
+		}
 		if b.Len() > 0 && b.Len()+1+len(line) > maxNotifyPayload {
 			payloads = append(payloads, b.String())
 			b.Reset()
@@ -68,8 +79,9 @@ func (s *Store) NotifyReconcile(ctx context.Context, refs []NodeRef) error {
 func (s *Store) ListenReconcile(ctx context.Context, fn func(NodeRef), connected func(lostAt time.Time), lost func(error)) error {
 	return s.listen(ctx, ReconcileChannel, func(payload string) {
 		for _, line := range strings.Split(payload, "\n") {
+			line, findings := strings.CutPrefix(line, "+")
 			if c, node, ok := strings.Cut(line, "/"); ok && c != "" && node != "" {
-				fn(NodeRef{Cluster: c, Node: node})
+				fn(NodeRef{Cluster: c, Node: node, Findings: findings})
 			}
 		}
 	}, connected, lost)

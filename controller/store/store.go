@@ -43,8 +43,8 @@ type Store struct {
 	// clusters holds the names of the cluster rows known to exist (they are
 	// never deleted), so IngestReport creates each only once.
 	clusters sync.Map
-	// groups writes reports without findings in groups (heartbeats.go).
-	groups *heartbeatGroups
+	// groups writes reports in groups (group commit, groupcommit.go).
+	groups *reportGroups
 }
 
 // DefaultMaxConns is the connection pool size when the DSN does not set
@@ -81,8 +81,8 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		return nil, fmt.Errorf("ping database %s: %w", redact(cfg.ConnConfig), err)
 	}
 	s := &Store{pool: pool}
-	// Half the pool writes heartbeat groups; the rest serves everything else.
-	s.groups = startHeartbeatGroups(s, int(cfg.MaxConns)/2)
+	// Half the pool writes report groups; the rest serves everything else.
+	s.groups = startReportGroups(s, int(cfg.MaxConns)/2)
 	return s, nil
 }
 

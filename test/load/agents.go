@@ -3,6 +3,8 @@ package load
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -23,6 +25,9 @@ type agentStats struct {
 
 	ok, tooMany, server, client, network atomic.Int64 // POST outcomes, whole run
 	firstOK                              atomic.Int64 // agents with at least one accepted report
+	// clientErrors are the first answers with a 4xx other than 429 (status
+	// and body), so a run that saw some can say which.
+	clientErrors []string
 }
 
 func newAgentStats() *agentStats {
@@ -86,9 +91,18 @@ type agentTransport struct {
 	cur   atomic.Int32
 	st    *agentStats
 	first atomic.Bool // this agent had a report accepted
+	// dead makes every POST fail at once, unsent and uncounted: the agent
+	// was killed (the fault suite), its process is gone.
+	dead atomic.Bool
 }
 
+// errAgentDead is the error of a dead agent's POSTs.
+var errAgentDead = errors.New("agent process killed")
+
 func (t *agentTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if t.dead.Load() {
+		return nil, errAgentDead
+	}
 	var body []byte
 	if req.Body != nil {
 		b, err := io.ReadAll(req.Body)
@@ -149,6 +163,14 @@ func (t *agentTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		t.st.server.Add(1)
 	default:
 		t.st.client.Add(1)
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		resp.Body.Close()
+		resp.Body = io.NopCloser(bytes.NewReader(b))
+		t.st.mu.Lock()
+		if len(t.st.clientErrors) < 10 {
+			t.st.clientErrors = append(t.st.clientErrors, fmt.Sprintf("%s %s: %s", time.Now().UTC().Format(time.TimeOnly), resp.Status, bytes.TrimSpace(b)))
+		}
+		t.st.mu.Unlock()
 	}
 	return resp, nil
 }

@@ -54,6 +54,10 @@ type Config struct {
 	// changed the node's agent facts (the reconciler's Trigger); a heartbeat
 	// that changes nothing does not call it.
 	OnIngest func(cluster, node string)
+	// OnFindings, when set, is called instead of OnIngest after a report
+	// that inserted findings (the reconciler's TriggerFindings: new
+	// evidence is reconciled ahead of the rest).
+	OnFindings func(cluster, node string)
 	// MaxIngestInFlight bounds the reports being written to PostgreSQL at
 	// once (default DefaultMaxIngestInFlight); a report beyond it is answered
 	// 429 with Retry-After at once, so a slow database sheds load instead of
@@ -174,6 +178,11 @@ func newServer(cfg Config) (*server, error) {
 	if cfg.IngestTimeout <= 0 {
 		cfg.IngestTimeout = DefaultIngestTimeout
 	}
+	proxies, err := parseProxies(cfg.Limits.TrustedProxies)
+	if err != nil {
+		return nil, fmt.Errorf("new api handler: %w", err)
+	}
+	cfg.Limits.TrustedProxies = proxies
 	s := &server{cfg: cfg, clusters: map[string]bool{}, ingestSlots: make(chan struct{}, cfg.MaxIngestInFlight),
 		ingestErrLog: rate.Sometimes{Interval: 10 * time.Second},
 		reports: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fleetrepair_ingest_reports_total",
@@ -198,7 +207,7 @@ func newServer(cfg Config) (*server, error) {
 func (s *server) routes() http.Handler {
 	cfg := s.cfg
 	r := chi.NewRouter()
-	r.Use(middleware.RequestID, middleware.Recoverer, middleware.ClientIPFromRemoteAddr, securityHeaders)
+	r.Use(middleware.RequestID, middleware.Recoverer, clientIP(s.guards.limits.TrustedProxies), securityHeaders)
 	r.Get("/livez", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	r.Get("/readyz", s.readyz)
 	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))
@@ -383,7 +392,10 @@ func (s *server) ingest(w http.ResponseWriter, r *http.Request) {
 	}
 	s.reports.WithLabelValues("ok").Inc()
 	s.findings.Add(float64(res.Inserted))
-	if s.cfg.OnIngest != nil && (res.Inserted > 0 || res.Changed) {
+	switch {
+	case res.Inserted > 0 && s.cfg.OnFindings != nil:
+		s.cfg.OnFindings(rep.Cluster, rep.Node)
+	case s.cfg.OnIngest != nil && (res.Inserted > 0 || res.Changed):
 		s.cfg.OnIngest(rep.Cluster, rep.Node)
 	}
 	writeJSON(w, http.StatusOK, IngestResponse{Accepted: len(rep.Findings), Inserted: res.Inserted})

@@ -6,6 +6,7 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -28,8 +29,10 @@ import (
 // negative rate turns that limit off (tests of other parts only).
 //
 // A "source" is the TCP peer address (r.RemoteAddr, IPv6 by /64): it cannot
-// be forged, but behind a proxy every client shares the proxy's address, so
-// put agents on a path without one or raise SourceRPS.
+// be forged. Behind a reverse proxy every client shares the proxy's
+// address; list the proxies in TrustedProxies and the source of a request
+// they forward is the client X-Forwarded-For names (never a peer's own
+// claim otherwise).
 type Limits struct {
 	// SourceRPS bounds the requests per second of one source to /api/v1
 	// (httprate's sliding window of one second).
@@ -55,6 +58,14 @@ type Limits struct {
 	// reason) are counted, not written, and a summary row records what was
 	// counted. Every denial is counted on fleetrepair_api_denials_total.
 	AuditRowsPerMinute int
+	// TrustedProxies are the CIDR prefixes ("10.0.0.0/8", "::1/128") of
+	// reverse proxies in front of the controller. A request whose TCP peer
+	// is in one has the source X-Forwarded-For gives: the rightmost entry
+	// outside every prefix (chi's middleware.ClientIPFromXFF); from any other
+	// peer the header is ignored, so a client reaching the controller
+	// directly cannot pick its own rate-limit key. Empty (the default): the
+	// header is never read.
+	TrustedProxies []string
 }
 
 // Defaults of Limits.
@@ -66,9 +77,9 @@ const (
 	DefaultVerifyBurst        = 10
 	DefaultShadowConcurrent   = 2
 	DefaultAuditRowsPerMinute = 60
-	// MaxClockSkew is how far ahead of the controller's clock an agent's
-	// SentAt or a finding's Time may be before it is clamped to the
-	// controller's clock (the store's rule for the newest report,
+	// MaxClockSkew is how far from the controller's clock an agent's
+	// SentAt may be, and how far ahead a finding's Time, before they are
+	// clamped (clampTimes; the store's rule for the newest report,
 	// store.MaxClockSkew, is the same bound).
 	MaxClockSkew = store.MaxClockSkew
 )
@@ -123,7 +134,7 @@ func newGuards(l Limits) *guards {
 		suppressed: prometheus.NewCounter(prometheus.CounterOpts{Name: "fleetrepair_security_audit_suppressed_total",
 			Help: "Denials counted but not written to security_audit one by one (repeats within a minute, or over the per-minute cap)."}),
 		skew: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "fleetrepair_ingest_clock_skew_seconds",
-			Help:    "How far an agent's sentAt is ahead of the controller's clock, for reports ahead by more than MaxClockSkew (clamped).",
+			Help:    "How far an agent's sentAt is from the controller's clock, ahead or behind, for reports off by more than MaxClockSkew (clamped; a clock behind also moves the report's finding times forward).",
 			Buckets: prometheus.ExponentialBuckets(60, 4, 10)}),
 	}
 }
@@ -169,9 +180,39 @@ func (k *keyedLimiter) allow(key string, now time.Time) (bool, time.Duration) {
 	return true, 0
 }
 
-// source is the rate-limit key of the request's TCP peer.
+// parseProxies parses Limits.TrustedProxies.
+func parseProxies(cidrs []string) ([]string, error) {
+	out := make([]string, 0, len(cidrs))
+	for _, c := range cidrs {
+		p, err := netip.ParsePrefix(strings.TrimSpace(c))
+		if err != nil {
+			return nil, fmt.Errorf("parse trusted proxy %q (want a CIDR prefix such as 10.0.0.0/8): %w", c, err)
+		}
+		out = append(out, p.String())
+	}
+	return out, nil
+}
+
+// clientIP is the middleware that sets the request's client address
+// (middleware.GetClientIP): the TCP peer, or with trusted proxies the
+// client their X-Forwarded-For names.
+func clientIP(trusted []string) func(http.Handler) http.Handler {
+	if len(trusted) == 0 {
+		return middleware.ClientIPFromRemoteAddr
+	}
+	return middleware.ClientIPFromXFF(trusted...)
+}
+
+// source is the rate-limit key of the request's client (see clientIP). A
+// trusted proxy's malformed X-Forwarded-For leaves no client address; the
+// key is then the proxy itself, never one key shared by every such request
+// of every proxy.
 func source(r *http.Request) string {
-	return httprate.CanonicalizeIP(middleware.GetClientIP(r.Context()))
+	ip := middleware.GetClientIP(r.Context())
+	if ip == "" {
+		ip, _, _ = net.SplitHostPort(r.RemoteAddr)
+	}
+	return httprate.CanonicalizeIP(ip)
 }
 
 // tooMany answers 429 with Retry-After (whole seconds, at least 1), which the
@@ -288,29 +329,60 @@ func (s *server) authenticateAgent(w http.ResponseWriter, r *http.Request, rep *
 	return true
 }
 
-// clampTimes bounds the report's times by the controller's clock: a SentAt
-// or a finding Time more than MaxClockSkew ahead becomes now (the agent's
-// time of a finding is kept in its attrs as agent_time), so one report from
-// a node with a wrong clock, or a forged one, cannot freeze the node's boot
-// ID, heartbeat and versions (the store applies the newest report by
-// SentAt) nor sort a finding after every real one. The skew is recorded on
-// fleetrepair_ingest_clock_skew_seconds.
+// clampTimes bounds the report's times by the controller's clock, within
+// MaxClockSkew either way. The agent stamps SentAt at each attempt, so a
+// SentAt off by more than that is the agent's clock, never a report's age:
+//
+//   - ahead: SentAt becomes now, and a finding Time more than MaxClockSkew
+//     ahead becomes now, so one report from a node with a wrong clock, or a
+//     forged one, cannot freeze the node's boot ID, heartbeat and versions
+//     (the store applies the newest report by SentAt) nor sort a finding
+//     after every real one;
+//   - behind by D: SentAt becomes now, so a node whose clock went back (an
+//     RTC reset at boot) still has its new boot applied, and each finding
+//     Time moves forward by D (at most to now): the agent stamped it with
+//     the same clock, and left D behind, a fresh Xid would look D old and
+//     fall outside every diagnosis window.
+//
+// A moved finding keeps the agent's time in its attrs (agent_time). The
+// offset is recorded on fleetrepair_ingest_clock_skew_seconds.
 func (s *server) clampTimes(rep *finding.Report, now time.Time) {
-	limit := now.Add(MaxClockSkew)
-	if rep.SentAt.After(limit) {
+	var shift time.Duration
+	switch {
+	case rep.SentAt.IsZero():
+	case rep.SentAt.After(now.Add(MaxClockSkew)):
 		s.guards.skew.Observe(rep.SentAt.Sub(now).Seconds())
 		rep.SentAt = now
+	case rep.SentAt.Before(now.Add(-MaxClockSkew)):
+		shift = now.Sub(rep.SentAt)
+		s.guards.skew.Observe(shift.Seconds())
+		rep.SentAt = now
 	}
+	limit := now.Add(MaxClockSkew)
 	for i := range rep.Findings {
 		f := &rep.Findings[i]
-		if f.Time.After(limit) {
-			attrs := make(map[string]string, len(f.Attrs)+1)
-			for k, v := range f.Attrs {
-				attrs[k] = v
-			}
-			attrs["agent_time"] = f.Time.UTC().Format(time.RFC3339Nano)
-			f.Attrs, f.Time = attrs, now
+		t := f.Time
+		if t.IsZero() {
+			continue
 		}
+		if shift > 0 {
+			t = t.Add(shift)
+			if t.After(now) {
+				t = now
+			}
+		}
+		if t.After(limit) {
+			t = now
+		}
+		if t.Equal(f.Time) {
+			continue
+		}
+		attrs := make(map[string]string, len(f.Attrs)+1)
+		for k, v := range f.Attrs {
+			attrs[k] = v
+		}
+		attrs["agent_time"] = f.Time.UTC().Format(time.RFC3339Nano)
+		f.Attrs, f.Time = attrs, t
 	}
 }
 

@@ -280,13 +280,15 @@ func TestFutureSentAtDoesNotFreezeNode(t *testing.T) {
 	}
 }
 
-// TestNULInHeartbeatIsStored: NUL bytes in heartbeat strings are escaped and
-// stored, never a 400 carrying PostgreSQL's error.
+// TestNULInHeartbeatIsStored: NUL bytes (and other control bytes) in
+// heartbeat strings, every field of it, are escaped and stored, never a 400
+// carrying PostgreSQL's error.
 func TestNULInHeartbeatIsStored(t *testing.T) {
 	e := newEnv(t)
 	r := finding.Report{SchemaVersion: finding.SchemaVersion, Cluster: "c1", Node: "n1", BootID: "b1", SentAt: time.Now(),
 		Findings: []finding.Finding{xid("a", 79)},
-		Heartbeat: &finding.Heartbeat{DriverVersion: "550\x00.54", KernelVersion: "6.1\x00",
+		Heartbeat: &finding.Heartbeat{DriverVersion: "550\x00.54", KernelVersion: "6.1\x00", Image: "ami-\x00\x1b[2J",
+			ModuleVersion: "550.54\x00", LibraryVersion: "550\x00",
 			Monitors: []finding.MonitorState{{Name: "nvml\x00", State: finding.StateOK, Reason: "\x00"}},
 			GPUs:     []finding.GPU{{Index: 0, PCI: "0000:3b:00.0", Model: "H100\x00"}}}}
 	b, _ := json.Marshal(r)

@@ -33,7 +33,10 @@ var (
 	// handleErr is nvidia-smi's message when nvmlDeviceGetHandleByPciBusId
 	// (or ..ByIndex) fails: the text after the address is NVML's error string,
 	// sometimes followed by advice ("GPU is lost.  Reboot the system...").
-	handleErr = regexp.MustCompile(`(?i)Unable to determine the device handle for (?:GPU\s+)?([0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}(?:\.[0-7])?)\s*:\s*(.*)$`)
+	// nvidia-smi prints the bus ID both after "GPU " and glued to it
+	// ("for GPU0000:AA:00.0: Unknown Error", the rendering of most public
+	// reports), so the space is optional.
+	handleErr = regexp.MustCompile(`(?i)Unable to determine the device handle for (?:GPU\s*)?([0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}(?:\.[0-7])?)\s*:\s*(.*)$`)
 	// allLinksInactive is "nvidia-smi nvlink" when NVML reports every link down.
 	allLinksInactive = regexp.MustCompile(`(?i)Unable to retrieve Nvlink information as all links are inactive`)
 	// gpuQ is the GPU block header of "nvidia-smi -q".

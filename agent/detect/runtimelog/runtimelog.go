@@ -59,6 +59,14 @@ var (
 	// or its reason and message alone (c28); NodeStatusUnknown is the node
 	// lifecycle controller's "Kubelet stopped posting node status".
 	notReadyRow = regexp.MustCompile(`^\s*Ready\s+(False|Unknown)\s+.*?\s(KubeletNotReady|NodeStatusUnknown)\s+(.*?)\s*$`)
+	// conditionRow is any row of the Conditions table of "kubectl describe
+	// node": Type, Status, LastHeartbeatTime, LastTransitionTime (RFC 1123
+	// with a numeric zone, kubectl's rendering), Reason, Message. Other
+	// agents' conditions (node-problem-detector's KernelDeadlock,
+	// ReadonlyFilesystem; the EKS agent's AcceleratedHardwareReady) come
+	// this way; the controller reads each with the same rule as a live
+	// Node's (controller/diagnose/conditions.go ReadCondition).
+	conditionRow = regexp.MustCompile(`^\s*([A-Z][A-Za-z0-9]+)\s+(True|False|Unknown)\s+(\w{3}, \d{2} \w{3} \d{4} \d\d:\d\d:\d\d [+-]\d{4})\s+(\w{3}, \d{2} \w{3} \d{4} \d\d:\d\d:\d\d [+-]\d{4})\s+(\S+)(?:\s+(.*?))?\s*$`)
 	// nodeNotReadyEvent is the node lifecycle controller's Event
 	// ("Node node-a1 status is now: NodeNotReady"), as "kubectl get events"
 	// or "describe node" prints it.
@@ -159,7 +167,10 @@ func (p *parser) add(key string, f finding.Finding) {
 func (p *parser) line(rec string) bool {
 	at := lineTime(rec)
 	matched := false
-	if m := notReadyRow.FindStringSubmatch(rec); m != nil {
+	if m := conditionRow.FindStringSubmatch(rec); m != nil && m[1] != "Ready" {
+		p.condition(rec, m)
+		matched = true
+	} else if m := notReadyRow.FindStringSubmatch(rec); m != nil {
 		p.notReady(rec, at, m[1], m[2], m[3])
 		matched = true
 	} else if nodeNotReadyEvent.MatchString(rec) {
@@ -181,6 +192,21 @@ func (p *parser) notReady(rec string, at time.Time, status, reason, msg string) 
 	p.add("ready\x00"+status+"\x00"+reason, finding.Finding{Detector: finding.DetectorNodeCondition, Time: at,
 		Attrs:    map[string]string{"type": "Ready", "status": status, "reason": reason, "message": msg},
 		Evidence: []string{rec}})
+}
+
+// condition records a row of "describe node"'s Conditions table other than
+// Ready (read by notReady): its time is the row's LastTransitionTime (when
+// the status was set), its last_heartbeat the LastHeartbeatTime (freshness).
+// Rows in every status are kept: whether a status is bad is the
+// controller's decision, and a type it does not know is counted there.
+func (p *parser) condition(rec string, m []string) {
+	attrs := map[string]string{"type": m[1], "status": m[2], "reason": m[5], "message": m[6]}
+	if hb, err := time.Parse(time.RFC1123Z, m[3]); err == nil {
+		attrs[finding.AttrHeartbeat] = hb.UTC().Format(time.RFC3339)
+	}
+	at, _ := time.Parse(time.RFC1123Z, m[4])
+	p.add("condition\x00"+m[1]+"\x00"+m[2]+"\x00"+m[5], finding.Finding{Detector: finding.DetectorNodeCondition,
+		Time: at.UTC(), Attrs: attrs, Evidence: []string{rec}})
 }
 
 // stall records a runtime error that is one ongoing stall however many lines

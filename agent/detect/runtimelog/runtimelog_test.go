@@ -54,6 +54,12 @@ func TestParse(t *testing.T) {
 			[]string{"monitoring-plane count=1 component=nvml error=Failed to initialize NVML: ERROR_LIBRARY_NOT_FOUND"}},
 		{"dcgm json, cut off", []string{`{"level":"error","ts":"2025-03-04T07:57:23Z","error":"failed to initialize DCGM: Error connecting to nv-hostengine: Host engine connection invalid/disconnected","stacktrace":"x`},
 			[]string{"monitoring-plane count=1 component=dcgm error=Error connecting to nv-hostengine: Host engine connection invalid/disconnected"}},
+		{"describe node: other agents' condition rows", []string{
+			"  KernelDeadlock       True    Tue, 01 Dec 2026 12:58:11 +0000   Tue, 01 Dec 2026 11:40:02 +0000   DockerHung                   kernel: INFO: task containerd:1882 blocked for more than 120 seconds.",
+			"  AcceleratedHardwareReady   False   Tue, 01 Dec 2026 12:58:11 -0500   Tue, 01 Dec 2026 11:40:02 -0500   NvidiaXID79Error",
+			"  Ready                True    Tue, 01 Dec 2026 12:58:40 +0000   Tue, 01 Dec 2026 09:02:01 +0000   KubeletReady                 kubelet is posting ready status"}, []string{
+			"node-condition count=1 last_heartbeat=2026-12-01T12:58:11Z message=kernel: INFO: task containerd:1882 blocked for more than 120 seconds. reason=DockerHung status=True type=KernelDeadlock",
+			"node-condition count=1 last_heartbeat=2026-12-01T17:58:11Z message= reason=NvidiaXID79Error status=False type=AcceleratedHardwareReady"}},
 		{"informational lines", []string{
 			`I1025 02:19:08.002792       1 health.go:151] Skipping non-nvmlEventTypeXidCriticalError event: {Device:{Handle:0x7f0dcf40bdf8} EventType:2}`,
 			`W1005 15:16:32.478854 2560706 nvc.c:269] failed to set inheritable capabilities`,

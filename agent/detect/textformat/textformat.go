@@ -127,7 +127,7 @@ const SniffBytes = 64 * 1024
 var (
 	sniffDiag = regexp.MustCompile(`\|\s*Diagnostic\s*\|\s*Result\s*\||dcgmi diag`)
 	sniffProm = regexp.MustCompile(`(?m)^(# (HELP|TYPE) \S+|DCGM_[A-Z0-9_]+(\{|\s))`)
-	sniffSMI  = regexp.MustCompile(`(?im)Unable to determine the device handle|all links are inactive|^\s*Remapped Rows\s*$|^\s*Link \d+: (<inactive>|[0-9.]+ GB/s)|NVIDIA-SMI \d+\.\d+|^\s*(?:\$ )?nvidia-smi|^==============NVSMI LOG|^Failed to initialize NVML|^NVML library version`)
+	sniffSMI  = regexp.MustCompile(`(?im)Unable to determine the device handle|all links are inactive|^\s*Remapped Rows\s*$|^\s*Link \d+: (<inactive>|[0-9.]+ GB/s)|NVIDIA-SMI \d+\.\d+|^\s*(?:\$ )?nvidia-smi|^==============NVSMI LOG|^Failed to initialize NVML|^NVML library version|^No devices were found`)
 	// sniffKernel matches a line that is a kernel log record in one of its
 	// renderings: dmesg "[  12.345678] ..." (and -T / relative forms in
 	// brackets), /dev/kmsg "6,1234,5678,-;...", syslog or journalctl lines
@@ -136,7 +136,7 @@ var (
 	// ("NVRM: Xid ...", "nvidia-nvswitch3: SXid ...").
 	sniffKernel = regexp.MustCompile(`^(?:\s*NVRM: |\s*nvidia-nvswitch\d*: |\[\s*\d+\.\d+\]|\[[A-Z][a-z]{2} [A-Z][a-z]{2} [ 0-9]\d \d\d:\d\d:\d\d \d{4}\]|\d+,\d+,\d+,[^;]*;|(?:[A-Z][a-z]{2} [ 0-9]\d \d\d:\d\d:\d\d|\d{4}-\d\d-\d\dT\S+|\[[A-Z][a-z]{2} \d{4}-\d\d-\d\d [^\]]+\]) \S+ kernel: )`)
 	sniffJob    = regexp.MustCompile(`(?m)^(?:\[[^\]]*\]\s*)?[\w.-]+:\d+:\d+ \[\d+\] .*NCCL (?:WARN|INFO)`)
-	sniffRT     = regexp.MustCompile(`(?m)^[A-Z][a-z]{2} [ 0-9]\d \d\d:\d\d:\d\d \S+ (kubelet|containerd|dockerd|crio|nvidia-device-plugin|nvidia-container)[^:\s]*:|^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ \S+:\d+\]|^Server: Docker Engine|device plugin \w+ rpc failed|OCI runtime create failed|^nvidia-container-cli: |KubeletNotReady|NodeStatusUnknown|status is now: NodeNotReady|rpc error: code = \w+ desc =|detected NVSwitch (?:non-)?fatal error|\[(?:ERROR|WARNING|INFO)\] \[tid \d+\]|CUDA error: system not yet initialized`)
+	sniffRT     = regexp.MustCompile(`(?m)^[A-Z][a-z]{2} [ 0-9]\d \d\d:\d\d:\d\d \S+ (kubelet|containerd|dockerd|crio|nvidia-device-plugin|nvidia-container)[^:\s]*:|^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ \S+:\d+\]|^Server: Docker Engine|device plugin \w+ rpc failed|OCI runtime create failed|^nvidia-container-cli: |KubeletNotReady|NodeStatusUnknown|status is now: NodeNotReady|rpc error: code = \w+ desc =|detected NVSwitch (?:non-)?fatal error|\[(?:ERROR|WARNING|INFO)\] \[tid \d+\]|CUDA error: system not yet initialized|^\s*Type\s+Status\s+LastHeartbeatTime\s+LastTransitionTime`)
 )
 
 // Sniff guesses the format of an input from its beginning. It returns a

@@ -58,6 +58,9 @@ func TestSniff(t *testing.T) {
 		{strings.Repeat("NVRM: Xid (PCI:0000:9b:00): 119, pid=1, name=nvidia-smi, Timeout after 45s of waiting for RPC response from GPU4 GSP!\n", 3) + "$ nvidia-smi\nNo devices were found\n", KernelLog},
 		{"| NVIDIA-SMI 535.104.05             Driver Version: 535.104.05   CUDA Version: 12.2     |", NvidiaSMI},
 		{"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.", NvidiaSMI},
+		{"No devices were found\n", NvidiaSMI},
+		{"Conditions:\n  Type                 Status  LastHeartbeatTime                 LastTransitionTime                Reason                       Message\n  ----                 ------  -----------------                 ------------------                ------                       -------\n  KernelDeadlock       True    Tue, 01 Dec 2026 12:58:11 +0000   Tue, 01 Dec 2026 11:40:02 +0000   DockerHung                   kernel: INFO: task containerd:1882 blocked for more than 120 seconds.\n", RuntimeLog},
+		{"Unable to determine the device handle for GPU0000:AA:00.0: Unknown Error\n", NvidiaSMI},
 	}
 	for _, tt := range tests {
 		if got := Sniff([]byte(tt.in)); got != tt.want {
