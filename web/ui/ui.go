@@ -126,7 +126,7 @@ func crossOriginDenied(w http.ResponseWriter, r *http.Request) {
 	const msg = "cross-site request refused"
 	detail := fmt.Sprintf("Origin %q is not this server (%s), or Sec-Fetch-Site is %q", r.Header.Get("Origin"), r.Host, r.Header.Get("Sec-Fetch-Site"))
 	if !strings.HasPrefix(r.URL.Path, "/api/") {
-		http.Error(w, msg+": "+detail, http.StatusForbidden)
+		http.Error(w, "cross-origin request refused: "+detail, http.StatusForbidden)
 		return
 	}
 	b, _ := json.Marshal(api.ErrorBody{Message: msg, Detail: detail})
