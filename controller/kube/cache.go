@@ -69,12 +69,16 @@ func NewCached(name string, cfg *rest.Config, o CachedOptions) (*Cluster, error)
 	if cfg.Timeout == 0 {
 		cfg.Timeout = DefaultRequestTimeout
 	}
-	ca, err := cache.New(cfg, cache.Options{Scheme: Scheme, ReaderFailOnMissingInformer: true,
+	mapper, err := restMapper(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("build cache for cluster %s: %w", name, err)
+	}
+	ca, err := cache.New(cfg, cache.Options{Scheme: Scheme, Mapper: mapper, ReaderFailOnMissingInformer: true,
 		DefaultTransform: stripForCache})
 	if err != nil {
 		return nil, fmt.Errorf("build cache for cluster %s: %w", name, err)
 	}
-	ctx := context.Background() // IndexField and GetInformer do not block before Start
+	ctx := context.Background() // IndexField and GetInformer do not block before Start, nor call the API server (restMapper)
 	if err := ca.IndexField(ctx, &karpv1.NodeClaim{}, IndexNodeClaimNodeName, func(o client.Object) []string {
 		if n := o.(*karpv1.NodeClaim).Status.NodeName; n != "" {
 			return []string{n}
@@ -99,7 +103,7 @@ func NewCached(name string, cfg *rest.Config, o CachedOptions) (*Cluster, error)
 	if err != nil {
 		return nil, fmt.Errorf("nodeclaim informer: %w", err)
 	}
-	c, err := client.New(cfg, client.Options{Scheme: Scheme, Cache: &client.CacheOptions{Reader: ca}})
+	c, err := client.New(cfg, client.Options{Scheme: Scheme, Mapper: mapper, Cache: &client.CacheOptions{Reader: ca}})
 	if err != nil {
 		return nil, fmt.Errorf("build client for cluster %s: %w", name, err)
 	}
@@ -107,7 +111,7 @@ func NewCached(name string, cfg *rest.Config, o CachedOptions) (*Cluster, error)
 	if err != nil {
 		return nil, fmt.Errorf("build discovery client for cluster %s: %w", name, err)
 	}
-	direct, err := client.New(cfg, client.Options{Scheme: Scheme})
+	direct, err := client.New(cfg, client.Options{Scheme: Scheme, Mapper: mapper})
 	if err != nil {
 		return nil, fmt.Errorf("build direct client for cluster %s: %w", name, err)
 	}
