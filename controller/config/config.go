@@ -296,12 +296,12 @@ func Parse(data []byte, c *catalog.Catalog) (Config, error) {
 		return Config{}, fmt.Errorf("decode: %s", strictError(err))
 	}
 	if cfg.Policy != nil && cfg.PolicyFile != "" {
-		return Config{}, fmt.Errorf("line %d: policy and policyFile: give the policy inline or as a file, not both", lineOf(&root, "policyFile"))
+		return Config{}, fmt.Errorf("line %d: policy and policyFile: give the policy inline or as a file, not both", policy.LineOf(&root, "policyFile"))
 	}
 	if err := cfg.Policy.Validate(catalogOr(c), &root, "policy"); err != nil {
 		return Config{}, err
 	}
-	if err := cfg.validate(func(path ...string) int { return lineOf(&root, path...) }); err != nil {
+	if err := cfg.validate(func(path ...string) int { return policy.LineOf(&root, path...) }); err != nil {
 		return Config{}, err
 	}
 	return cfg, nil
@@ -366,28 +366,4 @@ func (c Config) validate(line func(path ...string) int) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// lineOf returns the line of the node at path (keys of nested mappings),
-// or of the deepest one found.
-func lineOf(n *yaml.Node, path ...string) int {
-	if n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
-		n = n.Content[0]
-	}
-	for _, key := range path {
-		if n.Kind != yaml.MappingNode {
-			return n.Line
-		}
-		found := false
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			if n.Content[i].Value == key {
-				n, found = n.Content[i+1], true
-				break
-			}
-		}
-		if !found {
-			return n.Line
-		}
-	}
-	return n.Line
 }

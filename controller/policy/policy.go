@@ -158,7 +158,7 @@ func (p *Policy) Validate(c *catalog.Catalog, root *yaml.Node, at ...string) err
 	if p == nil {
 		return nil
 	}
-	line := func(path ...string) int { return lineOf(root, append(append([]string(nil), at...), path...)...) }
+	line := func(path ...string) int { return LineOf(root, append(append([]string(nil), at...), path...)...) }
 	prefix := ""
 	for _, a := range at {
 		prefix += a + "."
@@ -200,7 +200,11 @@ func check(c *catalog.Catalog, code string, o Override) error {
 	return nil
 }
 
-func lineOf(n *yaml.Node, path ...string) int {
+// LineOf returns the line of the YAML node at path (keys of nested
+// mappings) below n, or of the deepest one found: how the policy file and
+// the controller configuration (controller/config) name the line of an
+// error.
+func LineOf(n *yaml.Node, path ...string) int {
 	if n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
 		n = n.Content[0]
 	}
