@@ -18,7 +18,7 @@ import (
 )
 
 func newDiagnoseCmd() *cobra.Command {
-	var node, boot, instanceType, policyFile string
+	var node, boot, instanceType, policyFile, nowFlag string
 	cmd := &cobra.Command{
 		Use:   "diagnose [FILE|-]",
 		Short: "Print the diagnoses the controller's rules reach for findings (JSON lines in, JSON lines out)",
@@ -53,12 +53,19 @@ each node, most consequential first. No database or cluster is needed.
 			if _, known := eng.InstanceType(instanceType); instanceType != "" && !known {
 				return fmt.Errorf("unknown instance type %q: add it under instanceTypes in a --policy file", instanceType)
 			}
-			return diagnoseStream(eng, in, cmd.OutOrStdout(), node, boot, instanceType, time.Now())
+			now := time.Now()
+			if nowFlag != "" {
+				if now, err = time.Parse(time.RFC3339, nowFlag); err != nil {
+					return fmt.Errorf("--now %q: want an RFC 3339 time, e.g. 2026-11-30T13:00:00Z", nowFlag)
+				}
+			}
+			return diagnoseStream(eng, in, cmd.OutOrStdout(), node, boot, instanceType, now)
 		},
 	}
 	cmd.Flags().StringVar(&node, "node", "", "node name for findings that carry none")
 	cmd.Flags().StringVar(&boot, "boot-id", "", "current boot ID (findings of other boots count as history); empty: all current")
 	cmd.Flags().StringVar(&instanceType, "instance-type", "", "the node's instance type (e.g. p5.48xlarge, g5.xlarge): its GPU count and NVLink wiring decide gpu-count and NVLink findings; empty: unknown")
+	cmd.Flags().StringVar(&nowFlag, "now", "", "diagnose as of this RFC 3339 time instead of the wall clock: a saved snapshot (kubectl describe node) is judged when it was taken, so its conditions' heartbeats are not stale")
 	cmd.Flags().StringVar(&policyFile, "policy", "", "policy file whose instanceTypes extend the built-in table (docs/policy.md)")
 	return cmd
 }

@@ -53,3 +53,29 @@ func TestDiagnoseInstanceType(t *testing.T) {
 		})
 	}
 }
+
+// TestDiagnoseNow: a saved node snapshot's condition is judged as of --now
+// (the snapshot's time): fresh then, stale by the wall clock of a later
+// reading; a --now that is not a time is an error.
+func TestDiagnoseNow(t *testing.T) {
+	t.Parallel()
+	in := `{"detector":"node-condition","node":"n1","time":"2026-01-01T12:00:00Z","attrs":{"type":"KernelDeadlock","status":"True","reason":"DockerHung","last_heartbeat":"2026-01-01T12:58:00Z"}}` + "\n"
+	reason := func(args ...string) (string, error) {
+		var out, errOut bytes.Buffer
+		if err := run(context.Background(), append([]string{"diagnose"}, args...), strings.NewReader(in), &out, &errOut); err != nil {
+			return "", err
+		}
+		var d struct{ Reason string }
+		err := json.Unmarshal([]byte(strings.SplitN(out.String(), "\n", 2)[0]), &d)
+		return d.Reason, err
+	}
+	if r, err := reason("--now", "2026-01-01T13:00:00Z", "-"); err != nil || r == "NodeConditionStale" || r == "" {
+		t.Errorf("as of the snapshot: %q, %v; want the condition's own reason", r, err)
+	}
+	if r, err := reason("-"); err != nil || r != "NodeConditionStale" {
+		t.Errorf("by the wall clock, months later: %q, %v; want NodeConditionStale", r, err)
+	}
+	if _, err := reason("--now", "yesterday", "-"); err == nil || !strings.Contains(err.Error(), "RFC 3339") {
+		t.Errorf("--now yesterday: %v, want an RFC 3339 error", err)
+	}
+}
