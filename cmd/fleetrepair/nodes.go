@@ -50,33 +50,17 @@ unknown ones: after an install every node should be ok.
 				return err
 			}
 			var page api.NodeList
-			for {
+			page.Items, page.NextCursor, err = allPages(all, q.Cursor, func(cursor string) ([]api.NodeItem, string, error) {
+				q.Cursor = cursor
 				p, err := c.Nodes(cmd.Context(), q)
-				if err != nil {
-					return reachErr(t, err)
-				}
-				page.Items, page.NextCursor = append(page.Items, p.Items...), p.NextCursor
-				if !all || p.NextCursor == "" {
-					break
-				}
-				q.Cursor = p.NextCursor
+				return p.Items, p.NextCursor, err
+			})
+			if err != nil {
+				return reachErr(t, err)
 			}
-			if page.Items == nil {
-				page.Items = []api.NodeItem{}
-			}
-			next := ""
-			if page.NextCursor != "" {
-				next = fmt.Sprintf("more nodes exist: next page with\n  fleetrepair nodes list%s%s --cursor %s\n(or --all for every page)",
-					listFlags(cmd), conn.again(), page.NextCursor)
-			}
-			if *output == outJSON || *output == outYAML {
-				if err := printData(cmd.OutOrStdout(), *output, page); err != nil {
-					return err
-				}
-				if next != "" {
-					fmt.Fprintln(cmd.ErrOrStderr(), next)
-				}
-				return nil
+			next := nextPageHint(cmd, conn, "nodes", page.NextCursor)
+			if done, err := printListData(cmd, *output, page, next); done {
+				return err
 			}
 			w := cmd.OutOrStdout()
 			if len(page.Items) == 0 {

@@ -111,3 +111,48 @@ func quote(s string) string {
 	}
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
+
+// allPages fetches the page at cursor, or with all every page from there
+// on, following the API's keyset cursors. fetch returns one page's items and
+// the next cursor ("" at the end); allPages returns the items (never nil) and
+// the cursor of the page after them.
+func allPages[T any](all bool, cursor string, fetch func(cursor string) ([]T, string, error)) ([]T, string, error) {
+	items := []T{}
+	for {
+		got, next, err := fetch(cursor)
+		if err != nil {
+			return nil, "", err
+		}
+		items = append(items, got...)
+		if !all || next == "" {
+			return items, next, nil
+		}
+		cursor = next
+	}
+}
+
+// nextPageHint is the line a list command prints when more pages exist:
+// the exact command for the next one ("" when none is left).
+func nextPageHint(cmd *cobra.Command, conn *connection, noun, cursor string) string {
+	if cursor == "" {
+		return ""
+	}
+	return fmt.Sprintf("more %s exist: next page with\n  %s%s%s --cursor %s\n(or --all for every page)",
+		noun, cmd.CommandPath(), listFlags(cmd), conn.again(), cursor)
+}
+
+// printListData prints a list page as JSON or YAML with the next-page hint
+// on standard error, and reports false for the table formats, which the
+// command renders itself.
+func printListData(cmd *cobra.Command, format string, page any, next string) (bool, error) {
+	if format != outJSON && format != outYAML {
+		return false, nil
+	}
+	if err := printData(cmd.OutOrStdout(), format, page); err != nil {
+		return true, err
+	}
+	if next != "" {
+		fmt.Fprintln(cmd.ErrOrStderr(), next)
+	}
+	return true, nil
+}

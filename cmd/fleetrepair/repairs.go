@@ -72,34 +72,17 @@ command for the next one; --all follows every page.
 			}
 			ctx := cmd.Context()
 			var page api.RepairPage
-			for {
+			page.Items, page.NextCursor, err = allPages(all, q.Cursor, func(cursor string) ([]api.Repair, string, error) {
+				q.Cursor = cursor
 				p, err := c.Repairs(ctx, q)
-				if err != nil {
-					return reachErr(t, err)
-				}
-				page.Items = append(page.Items, p.Items...)
-				page.NextCursor = p.NextCursor
-				if !all || p.NextCursor == "" {
-					break
-				}
-				q.Cursor = p.NextCursor
+				return p.Items, p.NextCursor, err
+			})
+			if err != nil {
+				return reachErr(t, err)
 			}
-			if page.Items == nil {
-				page.Items = []api.Repair{}
-			}
-			next := ""
-			if page.NextCursor != "" {
-				next = fmt.Sprintf("more repairs exist: next page with\n  fleetrepair repairs list%s%s --cursor %s\n(or --all for every page)",
-					listFlags(cmd), conn.again(), page.NextCursor)
-			}
-			if *output == outJSON || *output == outYAML {
-				if err := printData(cmd.OutOrStdout(), *output, page); err != nil {
-					return err
-				}
-				if next != "" {
-					fmt.Fprintln(cmd.ErrOrStderr(), next)
-				}
-				return nil
+			next := nextPageHint(cmd, conn, "repairs", page.NextCursor)
+			if done, err := printListData(cmd, *output, page, next); done {
+				return err
 			}
 			held := map[int64]string{}
 			for _, r := range page.Items {
