@@ -2,8 +2,6 @@ package api_test
 
 import (
 	"context"
-	"encoding/json"
-	"net/http"
 	"testing"
 	"time"
 
@@ -20,14 +18,7 @@ func TestPastSentAtDoesNotFreezeNode(t *testing.T) {
 	ctx := context.Background()
 	send := func(boot string, sentAt time.Time, fs ...finding.Finding) {
 		t.Helper()
-		r := finding.Report{SchemaVersion: finding.SchemaVersion, Cluster: "c1", Node: "n1", BootID: boot, SentAt: sentAt, Findings: fs}
-		if fs == nil {
-			r.Findings = []finding.Finding{}
-		}
-		b, _ := json.Marshal(r)
-		if status, eb := e.post(t, string(b)); status != http.StatusOK {
-			t.Fatalf("report boot %s: %d %+v", boot, status, eb)
-		}
+		e.sendAt(t, boot, sentAt, fs...)
 	}
 	now := time.Now()
 	send("boot-1", now)

@@ -244,14 +244,7 @@ func TestFutureSentAtDoesNotFreezeNode(t *testing.T) {
 	ctx := context.Background()
 	send := func(boot string, sentAt time.Time, fs ...finding.Finding) {
 		t.Helper()
-		r := finding.Report{SchemaVersion: finding.SchemaVersion, Cluster: "c1", Node: "n1", BootID: boot, SentAt: sentAt, Findings: fs}
-		if fs == nil {
-			r.Findings = []finding.Finding{}
-		}
-		b, _ := json.Marshal(r)
-		if status, eb := e.post(t, string(b)); status != http.StatusOK {
-			t.Fatalf("report boot %s: %d %+v", boot, status, eb)
-		}
+		e.sendAt(t, boot, sentAt, fs...)
 	}
 	future := xid("future", 79)
 	future.Time = time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)
@@ -408,5 +401,19 @@ func TestManyAgentsBehindOneSource(t *testing.T) {
 	}
 	if last != http.StatusTooManyRequests {
 		t.Fatalf("11th read in a second from one source: %d, want 429", last)
+	}
+}
+
+// sendAt posts a report of node c1/n1 in boot with sentAt and fs and fails
+// the test unless it is answered 200.
+func (e *env) sendAt(t *testing.T, boot string, sentAt time.Time, fs ...finding.Finding) {
+	t.Helper()
+	r := finding.Report{SchemaVersion: finding.SchemaVersion, Cluster: "c1", Node: "n1", BootID: boot, SentAt: sentAt, Findings: fs}
+	if fs == nil {
+		r.Findings = []finding.Finding{}
+	}
+	b, _ := json.Marshal(r)
+	if status, eb := e.post(t, string(b)); status != http.StatusOK {
+		t.Fatalf("report boot %s: %d %+v", boot, status, eb)
 	}
 }
