@@ -86,28 +86,18 @@ type FaultConfig struct {
 }
 
 func (c *FaultConfig) defaults() {
-	def := func(v *int, d int) {
-		if *v == 0 {
-			*v = d
-		}
-	}
-	defd := func(v *time.Duration, d time.Duration) {
-		if *v == 0 {
-			*v = d
-		}
-	}
-	def(&c.Nodes, 100)
+	orDefault(&c.Nodes, 100)
 	c.Nodes = max(c.Nodes, len(repair.CrashPoints)+2)
-	defd(&c.Heartbeat, 5*time.Second)
-	defd(&c.PGOutage, 60*time.Second)
-	def(&c.KillAgents, 10)
+	orDefault(&c.Heartbeat, 5*time.Second)
+	orDefault(&c.PGOutage, 60*time.Second)
+	orDefault(&c.KillAgents, 10)
 	c.KillAgents = min(c.KillAgents, c.Nodes-len(repair.CrashPoints))
-	def(&c.SlowConns, 3000)
-	defd(&c.ReadTimeout, 45*time.Second)
-	def(&c.BadTokenRPS, 200)
-	defd(&c.Toleration, 3*time.Second)
-	defd(&c.Drain, 3*time.Minute)
-	defd(&c.StepWait, 2*time.Minute)
+	orDefault(&c.SlowConns, 3000)
+	orDefault(&c.ReadTimeout, 45*time.Second)
+	orDefault(&c.BadTokenRPS, 200)
+	orDefault(&c.Toleration, 3*time.Second)
+	orDefault(&c.Drain, 3*time.Minute)
+	orDefault(&c.StepWait, 2*time.Minute)
 	if c.Background == 0 {
 		c.Background = float64(c.Nodes) / 5
 	}

@@ -104,36 +104,26 @@ type Config struct {
 }
 
 func (c *Config) defaults() {
-	def := func(v *int, d int) {
-		if *v == 0 {
-			*v = d
-		}
-	}
-	defd := func(v *time.Duration, d time.Duration) {
-		if *v == 0 {
-			*v = d
-		}
-	}
-	def(&c.Nodes, 1000)
-	def(&c.Zones, 4)
-	def(&c.Workers, 4)
-	def(&c.Replicas, 2)
-	def(&c.CreateWorkers, 8)
+	orDefault(&c.Nodes, 1000)
+	orDefault(&c.Zones, 4)
+	orDefault(&c.Workers, 4)
+	orDefault(&c.Replicas, 2)
+	orDefault(&c.CreateWorkers, 8)
 	if c.WaveZoneShare == 0 {
 		c.WaveZoneShare = 0.25
 	}
 	if c.WaveShare == 0 {
 		c.WaveShare = 0.6
 	}
-	defd(&c.WaveSpread, 3*time.Second)
-	defd(&c.Heartbeat, 30*time.Second)
-	defd(&c.Flush, 5*time.Second)
-	defd(&c.Steady, 60*time.Second)
-	defd(&c.WaveMax, 3*time.Minute)
-	defd(&c.Toleration, 30*time.Second)
-	defd(&c.Resync, 10*time.Second)
-	defd(&c.PGOutage, 60*time.Second)
-	defd(&c.Drain, 3*time.Minute)
+	orDefault(&c.WaveSpread, 3*time.Second)
+	orDefault(&c.Heartbeat, 30*time.Second)
+	orDefault(&c.Flush, 5*time.Second)
+	orDefault(&c.Steady, 60*time.Second)
+	orDefault(&c.WaveMax, 3*time.Minute)
+	orDefault(&c.Toleration, 30*time.Second)
+	orDefault(&c.Resync, 10*time.Second)
+	orDefault(&c.PGOutage, 60*time.Second)
+	orDefault(&c.Drain, 3*time.Minute)
 	if c.Background == 0 {
 		c.Background = float64(c.Nodes) / 100
 	}
@@ -989,4 +979,13 @@ func (r *Result) Err() error {
 		errs = append(errs, errors.New(f))
 	}
 	return errors.Join(errs...)
+}
+
+// orDefault sets *v to d when it holds its zero value (the harness
+// configurations' defaults).
+func orDefault[T comparable](v *T, d T) {
+	var zero T
+	if *v == zero {
+		*v = d
+	}
 }
