@@ -317,6 +317,16 @@ func (r *Reconciler) breakerAllows(ctx context.Context, node heldNode) (bool, st
 	return ok, why, nil
 }
 
+// allows is breakerAllows on a breaker state already read (true with
+// breakers off).
+func (r *Reconciler) allows(st breaker.State, node heldNode) bool {
+	if r.cfg.Breaker == nil {
+		return true
+	}
+	ok, _ := breaker.Allows(st, r.breakerNode(node.cluster, node.info, node.agent))
+	return ok
+}
+
 // resumeOf names the human resume that released node's breaker hold since
 // heldAt (breaker.ResumeOf over the newest 100 breaker decisions): its actor
 // and message, for the released repair's audit. A failed read is logged and
