@@ -129,7 +129,7 @@ func (r *Reconciler) evaluateBreakers(ctx context.Context, fleet map[string][]ku
 		return nil
 	}
 	now := r.cfg.Now()
-	agents, err := r.cfg.Store.ListNodes(ctx, "")
+	agents, err := r.cfg.Store.ListNodeVersions(ctx) // breakerNode reads the versions only
 	if err != nil {
 		return fmt.Errorf("evaluate breakers: %w", err)
 	}
