@@ -30,9 +30,11 @@ CREATE TABLE finding_partition_compactions (
 
 -- +goose StatementBegin
 -- fleetrepair_findings_compact rewrites the daily partition part (named
--- findings_pYYYYMMDD) in node-timeline order and returns its row count, or
--- -1 when part is not a partition of findings (dropped meanwhile). It
--- serializes with fleetrepair_findings_partitions on the same advisory lock.
+-- findings_pYYYYMMDD) in node-timeline order and returns its row count,
+-- -1 when part is not a partition of findings (dropped meanwhile), or -2
+-- when another session is compacting (one rewrite at a time across
+-- replicas; the caller skips its turn). It serializes with
+-- fleetrepair_findings_partitions on that function's advisory lock.
 CREATE FUNCTION fleetrepair_findings_compact(part text) RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -45,6 +47,9 @@ DECLARE
 BEGIN
     IF part !~ '^findings_p[0-9]{8}$' THEN
         RAISE EXCEPTION 'compact findings: % is not a daily partition name', part;
+    END IF;
+    IF NOT pg_try_advisory_xact_lock(hashtextextended('fleetrepair_findings_compact', 0)) THEN
+        RETURN -2;
     END IF;
     PERFORM pg_advisory_xact_lock(hashtextextended('fleetrepair_findings_partitions', 0));
     IF NOT EXISTS (SELECT 1 FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid

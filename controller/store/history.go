@@ -166,7 +166,8 @@ func (s *Store) dropFindings(ctx context.Context, cutoff time.Time, res *Mainten
 // node-timeline order (migrations/00010_findings_compaction.sql): those
 // whose day ended at or before closedBy, not rewritten before, and (with a
 // non-zero keepAfter) not about to be dropped by retention (day ended after
-// keepAfter); newest first. It returns the partitions rewritten. Each
+// keepAfter); newest first. It returns the partitions rewritten; while
+// another replica is rewriting one it returns at once. Each
 // rewrite is one transaction: its swap waits at most 2 s for the lock on
 // findings (lock timeout: ErrUnavailable; the partition is left as it was
 // and the next call tries again). Rows and names are kept exactly; only the
@@ -197,6 +198,9 @@ func (s *Store) CompactFindings(ctx context.Context, closedBy, keepAfter time.Ti
 		})
 		if err != nil {
 			return done, errorf(err, "compact finding partition %s", p.Name)
+		}
+		if n == -2 {
+			break // another replica is compacting: its turn
 		}
 		if n >= 0 {
 			done = append(done, p.Name)

@@ -271,6 +271,20 @@ FROM pg_index i WHERE i.indrelid = $1::regclass`, p)
 		t.Fatalf("recorded %v after a failed swap", got)
 	}
 
+	// Another replica rewriting a partition: this call skips its turn.
+	tx, err = s.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('fleetrepair_findings_compact', 0))`); err != nil {
+		t.Fatal(err)
+	}
+	done, err := s.CompactFindings(ctx, closed, time.Time{}, 5)
+	_ = tx.Rollback(ctx)
+	if err != nil || len(done) != 0 {
+		t.Fatalf("compaction while another runs: %v, %v; want nothing and no error", done, err)
+	}
+
 	// Readers go on during the rewrite.
 	stop := make(chan struct{})
 	readErr := make(chan error, 1)
