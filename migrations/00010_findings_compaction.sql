@@ -44,6 +44,7 @@ DECLARE
     tmp   text := part || '_c';
     n     bigint;
     ix    record;
+    names jsonb;
 BEGIN
     IF part !~ '^findings_p[0-9]{8}$' THEN
         RAISE EXCEPTION 'compact findings: % is not a daily partition name', part;
@@ -76,15 +77,26 @@ BEGIN
     EXECUTE format('CREATE INDEX %I ON %I USING brin (received_at)', tmp || '_received', tmp);
     EXECUTE format('ANALYZE %I', tmp);
 
+    -- The old partition's index names by definition (the name taken out),
+    -- to give the new indexes the same names once the old ones are gone.
+    SELECT jsonb_object_agg(regexp_replace(pg_get_indexdef(i.indexrelid), '^(CREATE (UNIQUE )?INDEX )\S+ ON \S+', '\1'), c.relname)
+    INTO names
+    FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = part::regclass;
+
     EXECUTE format('ALTER TABLE findings DETACH PARTITION %I', part);
     EXECUTE format('ALTER TABLE findings ATTACH PARTITION %I FOR VALUES FROM (%L) TO (%L)', tmp, lo, hi);
     EXECUTE format('ALTER TABLE %I DROP CONSTRAINT %I', tmp, tmp || '_bound');
     EXECUTE format('DROP TABLE %I', part);
     EXECUTE format('ALTER TABLE %I RENAME TO %I', tmp, part);
-    EXECUTE format('ALTER TABLE %I RENAME CONSTRAINT %I TO %I', part, tmp || '_pkey', part || '_pkey');
-    FOR ix IN SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
-              WHERE i.indrelid = part::regclass AND c.relname LIKE tmp || '\_%' AND c.relname <> part || '_pkey' LOOP
-        EXECUTE format('ALTER INDEX %I RENAME TO %I', ix.relname, part || substr(ix.relname, length(tmp) + 1));
+    FOR ix IN SELECT c.relname, i.indisprimary,
+                     names ->> regexp_replace(pg_get_indexdef(i.indexrelid), '^(CREATE (UNIQUE )?INDEX )\S+ ON \S+', '\1') AS old
+              FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = part::regclass LOOP
+        CONTINUE WHEN ix.old IS NULL;
+        IF ix.indisprimary THEN
+            EXECUTE format('ALTER TABLE %I RENAME CONSTRAINT %I TO %I', part, ix.relname, ix.old);
+        ELSE
+            EXECUTE format('ALTER INDEX %I RENAME TO %I', ix.relname, ix.old);
+        END IF;
     END LOOP;
 
     INSERT INTO finding_partition_compactions (partition, rows, compacted_at) VALUES (part, n, now())
