@@ -202,8 +202,16 @@ func (s *Store) CompactFindings(ctx context.Context, closedBy, keepAfter time.Ti
 		if n == -2 {
 			break // another replica is compacting: its turn
 		}
-		if n >= 0 {
-			done = append(done, p.Name)
+		if n < 0 {
+			continue // dropped meanwhile
+		}
+		done = append(done, p.Name)
+		// Set the hint bits and the visibility map now, once, rather than
+		// in the first timeline reads, which would each dirty the pages
+		// they read. The rewrite is committed either way; autovacuum would
+		// do this later.
+		if _, err := s.pool.Exec(ctx, "VACUUM "+pgx.Identifier{p.Name}.Sanitize()); err != nil {
+			return done, errorf(err, "vacuum compacted finding partition %s", p.Name)
 		}
 	}
 	return done, nil
