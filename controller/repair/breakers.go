@@ -129,7 +129,7 @@ func (r *Reconciler) evaluateBreakers(ctx context.Context, fleet map[string][]ku
 		return nil
 	}
 	now := r.cfg.Now()
-	agents, err := r.cfg.Store.ListNodes(ctx, "")
+	agents, err := r.cfg.Store.ListNodeVersions(ctx) // breakerNode reads the versions only
 	if err != nil {
 		return fmt.Errorf("evaluate breakers: %w", err)
 	}
@@ -315,6 +315,16 @@ func (r *Reconciler) breakerAllows(ctx context.Context, node heldNode) (bool, st
 	}
 	ok, why := breaker.Allows(st, r.breakerNode(node.cluster, node.info, node.agent))
 	return ok, why, nil
+}
+
+// allows is breakerAllows on a breaker state already read (true with
+// breakers off).
+func (r *Reconciler) allows(st breaker.State, node heldNode) bool {
+	if r.cfg.Breaker == nil {
+		return true
+	}
+	ok, _ := breaker.Allows(st, r.breakerNode(node.cluster, node.info, node.agent))
+	return ok
 }
 
 // resumeOf names the human resume that released node's breaker hold since

@@ -327,16 +327,15 @@ func (r *Reconciler) reconcile(ctx context.Context, cluster, node string, ledger
 		return reconciled{}, fmt.Errorf("reconcile %s/%s: %w", cluster, node, ErrUnknownCluster)
 	}
 	now := r.cfg.Now()
-	open, err := r.cfg.Store.OpenRepairForNode(ctx, cluster, node)
-	hasOpen := err == nil
-	if err != nil && !errors.Is(err, store.ErrNotFound) {
-		return reconciled{}, fmt.Errorf("reconcile %s/%s: %w", cluster, node, err)
-	}
-
 	info, err := k.NodeInfo(ctx, node)
 	r.observe(cluster, err)
 	if apierrors.IsNotFound(errors.Unwrap(err)) || apierrors.IsNotFound(err) {
 		// The Node is gone (replaced, scaled down): nothing of it stays active.
+		open, err := r.cfg.Store.OpenRepairForNode(ctx, cluster, node)
+		hasOpen := err == nil
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return reconciled{}, fmt.Errorf("reconcile %s/%s: %w", cluster, node, err)
+		}
 		if _, err := r.cfg.Store.DeactivateDiagnoses(ctx, cluster, node, nil, now); err != nil {
 			return reconciled{}, fmt.Errorf("reconcile %s/%s: %w", cluster, node, err)
 		}
@@ -348,24 +347,21 @@ func (r *Reconciler) reconcile(ctx context.Context, cluster, node string, ledger
 	if err != nil {
 		return reconciled{}, fmt.Errorf("reconcile %s/%s: %w", cluster, node, err)
 	}
-	if _, err := r.cfg.Store.UpsertNodeMeta(ctx, store.Node{Cluster: cluster, Name: node, NodePool: info.NodePool,
-		Zone: info.Zone, InstanceType: info.InstanceType, NodeClaim: info.NodeClaim, Labels: r.cohortLabels(info)}, now); err != nil {
+	// One round trip: the node's Kubernetes facts recorded, its agent row,
+	// open and latest repair, findings and the saved breaker state read
+	// (store.ReadNode).
+	snap, err := r.cfg.Store.ReadNode(ctx, store.Node{Cluster: cluster, Name: node, NodePool: info.NodePool,
+		Zone: info.Zone, InstanceType: info.InstanceType, NodeClaim: info.NodeClaim, Labels: r.cohortLabels(info)}, 10000, now)
+	if err != nil {
 		return reconciled{}, fmt.Errorf("reconcile %s/%s: %w", cluster, node, err)
 	}
-	n, err := r.cfg.Store.GetNode(ctx, cluster, node)
-	if err != nil && !errors.Is(err, store.ErrNotFound) {
-		return reconciled{}, fmt.Errorf("reconcile %s/%s: %w", cluster, node, err)
-	}
+	n, open, hasOpen := snap.Node, snap.Open, snap.HasOpen
 	// Every finding of the current boot counts, however old (a GPU lost 20
 	// days ago in this boot is still lost); earlier boots only within the
 	// lookback (history that escalates). Findings without a boot ID count as
 	// current.
-	all, err := r.cfg.Store.FindingsForNode(ctx, cluster, node, time.Time{}, 10000)
-	if err != nil {
-		return reconciled{}, fmt.Errorf("reconcile %s/%s: %w", cluster, node, err)
-	}
-	fs := all[:0]
-	for _, f := range all {
+	fs := snap.Findings[:0]
+	for _, f := range snap.Findings {
 		if f.BootID == "" || f.BootID == n.BootID || f.Time.IsZero() || now.Sub(f.Time) <= r.cfg.Lookback {
 			fs = append(fs, f)
 		}
@@ -379,19 +375,27 @@ func (r *Reconciler) reconcile(ctx context.Context, cluster, node string, ledger
 	ds := r.cfg.Engine.Diagnose(diagnose.Input{Cluster: cluster, Node: node, BootID: n.BootID, Findings: fs, Now: now,
 		InstanceType: info.InstanceType, NodeCreated: info.Created, SuspectSoftware: suspects, InventoryGPUs: inventoryGPUs(n), Inventory: inventory(n)})
 	ds = r.applyPolicy(ds, info.NodePool)
-	events, err := r.recordDiagnoses(ctx, k, n.BootID, node, ds, now)
+	head := diagnose.Headline(ds)
+	// Already leaving: Karpenter drains and removes it. A repair would only
+	// send a second delete (c27); the diagnoses and their Events stay
+	// visible.
+	gone := head.Severity == catalog.SeverityCondition && !hasOpen && leaving(info.Lifecycle(now, r.cfg.Lifecycle))
+	// One round trip and one transaction: the diagnoses, and for a
+	// condition diagnosis the repair opened or its findings linked.
+	var rec ledgerStep
+	if head.Severity == catalog.SeverityCondition && !gone {
+		rec, err = r.openRepair(ctx, k, info, head, ds, open, hasOpen, snap, now)
+	} else {
+		rec.events, err = r.recordDiagnoses(ctx, k, n.BootID, node, ds, store.NodeLedger{}, now)
+	}
 	if err != nil {
 		return reconciled{}, err
 	}
-	head := diagnose.Headline(ds)
-	if head.Severity == catalog.SeverityCondition && !hasOpen && leaving(info.Lifecycle(now, r.cfg.Lifecycle)) {
-		// Already leaving: Karpenter drains and removes it. A repair would
-		// only send a second delete (c27); the diagnoses and their Events
-		// stay visible.
+	if gone {
 		if ledgerOnly {
 			return reconciled{}, nil // the Events are the follow-up's
 		}
-		return reconciled{}, r.recordEvents(ctx, k, node, events, now)
+		return reconciled{}, r.recordEvents(ctx, k, node, rec.events, now)
 	}
 	var out reconciled
 	switch {
@@ -400,19 +404,37 @@ func (r *Reconciler) reconcile(ctx context.Context, cluster, node string, ledger
 	case head.Severity != catalog.SeverityCondition:
 		err = r.healthy(ctx, k, node, head, open, hasOpen, now)
 	case ledgerOnly:
-		rp, suppressed, err := r.openRepair(ctx, k, info, head, open, hasOpen, now)
-		if err != nil || suppressed || rp.ID == 0 {
+		if rec.suppressed || rec.repair.ID == 0 {
+			return reconciled{}, nil
+		}
+		// The saved state read with the node: it only chooses the
+		// follow-up's priority (PriorityHeld); every decision the follow-up
+		// makes reads the breakers again (advance, BeginDeletion).
+		st, err := decodeBreakers(snap.Breakers)
+		if err != nil {
 			return reconciled{}, err
 		}
-		ok, _, err := r.breakerAllows(ctx, nodeFromInfo(cluster, info, n))
-		return reconciled{held: !ok}, err
+		return reconciled{held: !r.allows(st, nodeFromInfo(cluster, info, n))}, nil
 	default:
-		out.wake, err = r.unhealthy(ctx, k, info, nodeFromInfo(cluster, info, n), head, open, hasOpen, now)
+		out.wake, err = r.unhealthy(ctx, k, info, nodeFromInfo(cluster, info, n), head, rec.repair, rec.suppressed, now)
 	}
 	if err != nil {
 		return reconciled{}, err
 	}
-	return out, r.recordEvents(ctx, k, node, events, now)
+	return out, r.recordEvents(ctx, k, node, rec.events, now)
+}
+
+// ledgerStep is what the database part of a reconcile recorded
+// (openRepair, recordDiagnoses).
+type ledgerStep struct {
+	// events are the stored diagnoses whose Kubernetes Event is not
+	// written yet.
+	events []pendingEvent
+	// repair is the node's open repair (zero when none was opened);
+	// suppressed: the latest repair already settled this fault, nothing
+	// opened.
+	repair     store.Repair
+	suppressed bool
 }
 
 // pendingEvent is a stored diagnosis whose Kubernetes Event is not written
@@ -423,36 +445,42 @@ type pendingEvent struct {
 }
 
 // recordDiagnoses stores the diagnoses and deactivates the ones whose
-// evidence cleared; it returns the diagnoses that still need their
-// Kubernetes Event. Events are written after the ledger step (recordEvents),
-// so in a wave a repair opens after database work only, not behind the API
+// evidence cleared, with the rest of w (a repair to open, findings to link)
+// in the same transaction (store.WriteNodeLedger); it returns the
+// diagnoses that still need their Kubernetes Event and what the store
+// wrote. Events are written after the ledger step (recordEvents), so in a
+// wave a repair opens after database work only, not behind the API
 // client's rate limit; an Event not written yet is written by the next
 // reconcile (EventRecordedAt stays zero until it is).
-func (r *Reconciler) recordDiagnoses(ctx context.Context, k *kube.Cluster, bootID, node string, ds []diagnose.Diagnosis, now time.Time) ([]pendingEvent, error) {
-	var (
-		keep    []int64
-		pending []pendingEvent
-	)
+func (r *Reconciler) recordDiagnoses(ctx context.Context, k *kube.Cluster, bootID, node string, ds []diagnose.Diagnosis, w store.NodeLedger, now time.Time) ([]pendingEvent, error) {
+	pending, _, err := r.writeLedger(ctx, k, bootID, node, ds, w, now)
+	return pending, err
+}
+
+// writeLedger is recordDiagnoses, also returning what the store wrote.
+func (r *Reconciler) writeLedger(ctx context.Context, k *kube.Cluster, bootID, node string, ds []diagnose.Diagnosis, w store.NodeLedger, now time.Time) ([]pendingEvent, store.NodeLedgerResult, error) {
+	w.Cluster, w.Node = k.Name(), node
+	w.Diagnoses = make([]store.DiagnosisRecord, 0, len(ds))
 	for _, d := range ds {
-		rec, _, err := r.cfg.Store.UpsertDiagnosis(ctx, store.DiagnosisRecord{
+		w.Diagnoses = append(w.Diagnoses, store.DiagnosisRecord{
 			Cluster: k.Name(), Node: node, BootID: bootID, Reason: d.Reason, Severity: string(d.Severity),
 			FaultClass: d.FaultClass, Action: string(d.Action), ConditionType: d.ConditionType,
 			CatalogVersion: d.CatalogVersion, FirstSeen: d.FirstSeen, LastSeen: d.LastSeen, FindingIDs: d.FindingIDs,
 			Detail: map[string]any{"message": d.Message, "gpus": d.GPUs, "escalated": d.Escalated,
 				"escalateTo": d.EscalateTo, "urgency": d.Urgency, "evidence": d.Evidence, "count": d.Count},
-		}, now)
-		if err != nil {
-			return nil, fmt.Errorf("record diagnosis %s on %s/%s: %w", d.Reason, k.Name(), node, err)
-		}
-		keep = append(keep, rec.ID)
-		if rec.EventRecordedAt.IsZero() && d.Severity != catalog.SeverityNone {
+		})
+	}
+	res, err := r.cfg.Store.WriteNodeLedger(ctx, w, now)
+	if err != nil {
+		return nil, res, fmt.Errorf("record diagnoses on %s/%s: %w", k.Name(), node, err)
+	}
+	var pending []pendingEvent
+	for i, d := range ds {
+		if rec := res.Diagnoses[i]; rec.EventRecordedAt.IsZero() && d.Severity != catalog.SeverityNone {
 			pending = append(pending, pendingEvent{rec: rec, d: d})
 		}
 	}
-	if _, err := r.cfg.Store.DeactivateDiagnoses(ctx, k.Name(), node, keep, now); err != nil {
-		return nil, fmt.Errorf("deactivate diagnoses on %s/%s: %w", k.Name(), node, err)
-	}
-	return pending, nil
+	return pending, res, nil
 }
 
 // recordEvents writes one Kubernetes Event per pending diagnosis and marks
@@ -484,16 +512,13 @@ func (r *Reconciler) applyPolicy(ds []diagnose.Diagnosis, nodePool string) []dia
 	return r.cfg.Policy.Apply(r.cfg.Engine.Catalog(), ds, nodePool)
 }
 
-// unhealthy handles a node whose headline diagnosis has condition severity:
-// the repair opened (openRepair), the quarantine written, the repair
-// advanced. It returns when the repair next needs a reconcile (see
+// unhealthy handles a node whose headline diagnosis has condition severity,
+// after its repair was opened (openRepair; suppressed: the latest repair
+// already settled this fault and none was): the quarantine written, the
+// repair advanced. It returns when the repair next needs a reconcile (see
 // reconcile).
-func (r *Reconciler) unhealthy(ctx context.Context, k *kube.Cluster, info kube.NodeInfo, sn heldNode, head diagnose.Diagnosis, open store.Repair, hasOpen bool, now time.Time) (time.Time, error) {
-	open, suppressed, err := r.openRepair(ctx, k, info, head, open, hasOpen, now)
-	if err != nil || suppressed {
-		return time.Time{}, r.quarantine(ctx, k, info.Name, head, now, err)
-	}
-	if err := r.quarantine(ctx, k, info.Name, head, now, nil); err != nil {
+func (r *Reconciler) unhealthy(ctx context.Context, k *kube.Cluster, info kube.NodeInfo, sn heldNode, head diagnose.Diagnosis, open store.Repair, suppressed bool, now time.Time) (time.Time, error) {
+	if err := r.quarantine(ctx, k, info.Name, head, now, nil); err != nil || suppressed {
 		return time.Time{}, err
 	}
 	if open.State == ledger.Detected && r.crash("after-quarantine") {
@@ -506,37 +531,51 @@ func (r *Reconciler) unhealthy(ctx context.Context, k *kube.Cluster, info kube.N
 	return rp.TolerationUntil, nil
 }
 
-// openRepair opens the node's repair for head unless it has one (then it
-// links head's findings to it) or the latest repair already settled this
-// fault (suppressed: true, nothing opened). Database work only.
-func (r *Reconciler) openRepair(ctx context.Context, k *kube.Cluster, info kube.NodeInfo, head diagnose.Diagnosis, open store.Repair, hasOpen bool, now time.Time) (store.Repair, bool, error) {
+// openRepair records the diagnoses ds of a node whose headline head has
+// condition severity and, in the same transaction (recordDiagnoses), opens
+// the node's repair for head, unless it has one (then it links head's
+// findings to it) or the latest repair (snap.Last) already settled this
+// fault (suppressed, nothing opened). Database work only.
+func (r *Reconciler) openRepair(ctx context.Context, k *kube.Cluster, info kube.NodeInfo, head diagnose.Diagnosis, ds []diagnose.Diagnosis,
+	open store.Repair, hasOpen bool, snap store.NodeSnapshot, now time.Time) (ledgerStep, error) {
 	node := info.Name
-	if hasOpen {
-		if _, err := r.cfg.Store.AddRepairFindings(ctx, open.ID, head.FindingIDs); err != nil {
-			return open, false, fmt.Errorf("link findings to repair %d: %w", open.ID, err)
+	var (
+		w   store.NodeLedger
+		out ledgerStep
+		tol time.Duration
+	)
+	switch {
+	case hasOpen:
+		w.LinkTo, w.LinkFindings = open.ID, head.FindingIDs
+		out.repair = open
+	case snap.HasLast && decide.Suppressed(ledgerRow(snap.Last), snap.Last.Reason, string(info.NodeClaimUID), head.Reason, r.cfg.DryRun):
+		out.suppressed = true
+	default:
+		tol = decide.Toleration(head, r.effective(head, info.NodePool).Toleration)
+		w.Open = &store.Repair{
+			Cluster: k.Name(), Node: node, NodeClaim: info.NodeClaim, NodeClaimUID: string(info.NodeClaimUID),
+			NodePool: info.NodePool, Reason: head.Reason, FaultClass: head.FaultClass,
+			RecommendedAction: string(head.Action), DryRun: r.cfg.DryRun, State: ledger.Detected,
+			TolerationStartedAt: now, TolerationUntil: now.Add(tol), FindingIDs: head.FindingIDs,
+			Detail: map[string]any{"message": head.Message, "gpus": head.GPUs, "toleration_seconds": tol.Seconds()},
 		}
-		return open, false, nil
+		w.Actor, w.Reason = Actor, head.Message
 	}
-	if skip, err := r.suppressed(ctx, k.Name(), node, string(info.NodeClaimUID), head.Reason); err != nil || skip {
-		return open, skip, err
-	}
-	tol := decide.Toleration(head, r.effective(head, info.NodePool).Toleration)
-	rp, created, err := r.cfg.Store.OpenRepair(ctx, store.Repair{
-		Cluster: k.Name(), Node: node, NodeClaim: info.NodeClaim, NodeClaimUID: string(info.NodeClaimUID),
-		NodePool: info.NodePool, Reason: head.Reason, FaultClass: head.FaultClass,
-		RecommendedAction: string(head.Action), DryRun: r.cfg.DryRun, State: ledger.Detected,
-		TolerationStartedAt: now, TolerationUntil: now.Add(tol), FindingIDs: head.FindingIDs,
-		Detail: map[string]any{"message": head.Message, "gpus": head.GPUs, "toleration_seconds": tol.Seconds()},
-	}, Actor, head.Message, now)
+	events, res, err := r.writeLedger(ctx, k, snap.Node.BootID, node, ds, w, now)
 	if err != nil {
-		return open, false, fmt.Errorf("open repair on %s/%s: %w", k.Name(), node, err)
+		return ledgerStep{}, fmt.Errorf("open repair on %s/%s: %w", k.Name(), node, err)
 	}
-	if created {
+	out.events = events
+	if w.Open == nil {
+		return out, nil
+	}
+	out.repair = res.Repair
+	if res.Opened {
 		r.EvaluateSoon() // a new condition diagnosis: the breakers see it before any deletion
-		r.log.InfoContext(ctx, "repair opened", "cluster", k.Name(), "node", node, "repair", rp.ID,
+		r.log.InfoContext(ctx, "repair opened", "cluster", k.Name(), "node", node, "repair", res.Repair.ID,
 			"reason", head.Reason, "action", head.Action, "toleration", tol)
 	}
-	return rp, false, nil
+	return out, nil
 }
 
 // quarantine sets the NodeCondition (False: not ready) and the NoSchedule taint.
@@ -549,20 +588,6 @@ func (r *Reconciler) quarantine(ctx context.Context, k *kube.Cluster, node strin
 		return err
 	}
 	return k.SetQuarantine(ctx, node, true, head.Reason)
-}
-
-// suppressed reports whether the node's latest repair already settled this
-// fault for the same NodeClaim (decide.Suppressed): opening another would
-// repeat it.
-func (r *Reconciler) suppressed(ctx context.Context, cluster, node, uid, reason string) (bool, error) {
-	last, _, err := r.cfg.Store.ListRepairs(ctx, store.RepairFilter{Cluster: cluster, Node: node, Limit: 1})
-	if err != nil {
-		return false, fmt.Errorf("list repairs of %s/%s: %w", cluster, node, err)
-	}
-	if len(last) != 1 {
-		return false, nil
-	}
-	return decide.Suppressed(ledgerRow(last[0]), last[0].Reason, uid, reason, r.cfg.DryRun), nil
 }
 
 // ledgerRow is what decide.Step reads of a stored repair.

@@ -106,8 +106,27 @@ LIMIT $3`
 // made active again; if it was inactive, EventRecordedAt is cleared so the
 // Event is recorded anew. Returns the stored record.
 func (s *Store) UpsertDiagnosis(ctx context.Context, d DiagnosisRecord, now time.Time) (DiagnosisRecord, bool, error) {
+	args, err := upsertDiagnosisArgs(d, now)
+	if err != nil {
+		return DiagnosisRecord{}, false, err
+	}
+	rows, _ := s.pool.Query(ctx, sqlUpsertDiagnosis, args...)
+	var created bool
+	out, err := pgx.CollectExactlyOneRow(rows, func(row pgx.CollectableRow) (DiagnosisRecord, error) {
+		return scanDiagnosisInto(row, &created)
+	})
+	if err != nil {
+		return DiagnosisRecord{}, false, errorf(err, "upsert diagnosis %s on %s/%s", d.Reason, d.Cluster, d.Node)
+	}
+	return out, created, nil
+}
+
+// upsertDiagnosisArgs checks d and returns sqlUpsertDiagnosis's arguments
+// (UpsertDiagnosis, WriteNodeLedger); ErrInvalid for a diagnosis without
+// cluster, node or reason.
+func upsertDiagnosisArgs(d DiagnosisRecord, now time.Time) ([]any, error) {
 	if d.Cluster == "" || d.Node == "" || d.Reason == "" {
-		return DiagnosisRecord{}, false, invalidf("upsert diagnosis: cluster, node and reason are required")
+		return nil, invalidf("upsert diagnosis: cluster, node and reason are required")
 	}
 	first, last := d.FirstSeen, d.LastSeen
 	if first.IsZero() {
@@ -121,22 +140,14 @@ func (s *Store) UpsertDiagnosis(ctx context.Context, d DiagnosisRecord, now time
 	}
 	detail, err := marshalOr(d.Detail, "{}")
 	if err != nil {
-		return DiagnosisRecord{}, false, invalidf("upsert diagnosis: encode detail")
+		return nil, invalidf("upsert diagnosis: encode detail")
 	}
 	ids := d.FindingIDs
 	if ids == nil {
 		ids = []string{}
 	}
-	rows, _ := s.pool.Query(ctx, sqlUpsertDiagnosis, d.Cluster, d.Node, d.BootID, d.Reason, d.Severity,
-		d.FaultClass, d.Action, d.ConditionType, d.CatalogVersion, first, last, ids, detail, now, MaxDiagnosisFindings)
-	var created bool
-	out, err := pgx.CollectExactlyOneRow(rows, func(row pgx.CollectableRow) (DiagnosisRecord, error) {
-		return scanDiagnosisInto(row, &created)
-	})
-	if err != nil {
-		return DiagnosisRecord{}, false, errorf(err, "upsert diagnosis %s on %s/%s", d.Reason, d.Cluster, d.Node)
-	}
-	return out, created, nil
+	return []any{d.Cluster, d.Node, d.BootID, d.Reason, d.Severity,
+		d.FaultClass, d.Action, d.ConditionType, d.CatalogVersion, first, last, ids, detail, now, MaxDiagnosisFindings}, nil
 }
 
 // DeactivateDiagnoses marks the node's active diagnoses inactive, except

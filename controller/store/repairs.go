@@ -157,20 +157,9 @@ SELECT count(*) FROM repairs WHERE cluster = $1 AND nodepool = $2 AND state = 'd
 // RecommendedAction, ExecutedAction, DryRun, TolerationStartedAt,
 // TolerationUntil, Detail, FindingIDs; ID and times come from the store.
 func (s *Store) OpenRepair(ctx context.Context, r Repair, actor, reason string, now time.Time) (Repair, bool, error) {
-	if r.State == "" {
-		r.State = ledger.Detected
-	}
-	switch {
-	case r.Cluster == "" || r.Node == "" || r.Reason == "":
-		return Repair{}, false, invalidf("open repair: cluster, node and reason are required")
-	case actor == "":
-		return Repair{}, false, invalidf("open repair: actor is required")
-	case !ledger.Valid(r.State) || ledger.Terminal(r.State):
-		return Repair{}, false, invalidf("open repair on %s/%s: state %q is not an open state", r.Cluster, r.Node, r.State)
-	}
-	detail, err := marshalOr(r.Detail, "{}")
+	detail, err := checkOpenRepair(&r, actor)
 	if err != nil {
-		return Repair{}, false, invalidf("open repair: encode detail")
+		return Repair{}, false, err
 	}
 	// Three tries: the open repair we collided with can close between our
 	// insert and our read of it; then the next insert succeeds.
@@ -223,6 +212,28 @@ func (s *Store) OpenRepair(ctx context.Context, r Repair, actor, reason string, 
 		}
 	}
 	return Repair{}, false, errorf(errors.New("the open repair kept changing"), "open repair on %s/%s", r.Cluster, r.Node)
+}
+
+// checkOpenRepair checks a repair to open (OpenRepair, WriteNodeLedger),
+// defaulting its state to Detected, and returns its encoded Detail;
+// ErrInvalid for a repair OpenRepair refuses.
+func checkOpenRepair(r *Repair, actor string) ([]byte, error) {
+	if r.State == "" {
+		r.State = ledger.Detected
+	}
+	switch {
+	case r.Cluster == "" || r.Node == "" || r.Reason == "":
+		return nil, invalidf("open repair: cluster, node and reason are required")
+	case actor == "":
+		return nil, invalidf("open repair: actor is required")
+	case !ledger.Valid(r.State) || ledger.Terminal(r.State):
+		return nil, invalidf("open repair on %s/%s: state %q is not an open state", r.Cluster, r.Node, r.State)
+	}
+	detail, err := marshalOr(r.Detail, "{}")
+	if err != nil {
+		return nil, invalidf("open repair: encode detail")
+	}
+	return detail, nil
 }
 
 // TransitionRequest asks Transition to move repair ID from state From to
