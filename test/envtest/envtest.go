@@ -70,6 +70,12 @@ type Options struct {
 	// (default: KUBEBUILDER_CONTROLPLANE_START_TIMEOUT, else 60s: a loaded
 	// 2-core machine needs more than envtest's 20s).
 	StartTimeout time.Duration
+	// GoMemLimit, when set, is the Go runtime's soft memory limit of the
+	// kube-apiserver process (GOMEMLIMIT, e.g. "100MiB"): an idle API
+	// server then holds about 190 MiB of RSS instead of 280 MiB, which is
+	// what lets test/load run 50 clusters on one machine. The garbage
+	// collector works harder near the limit; nothing else changes.
+	GoMemLimit string
 }
 
 // Env is one running cluster. Its fields are read-only.
@@ -85,9 +91,10 @@ type Env struct {
 	// AssetsDir is the folder kube-apiserver and etcd were started from.
 	AssetsDir string
 
-	env      *crenvtest.Environment
-	stopOnce sync.Once
-	stopErr  error
+	env        *crenvtest.Environment
+	wrapperDir string // the GoMemLimit wrapper's folder, removed by Stop
+	stopOnce   sync.Once
+	stopErr    error
 }
 
 // Start starts one cluster and stops it when the test ends (t.Cleanup). It
@@ -155,7 +162,15 @@ func start(dir string, o Options) (*Env, error) {
 		te.CRDs = append(te.CRDs, crd.DeepCopy())
 	}
 	api := te.ControlPlane.GetAPIServer()
+	var wrapperDir string
 	api.Path = filepath.Join(dir, "kube-apiserver")
+	if o.GoMemLimit != "" {
+		wrapper, err := memLimitWrapper(api.Path, o.GoMemLimit)
+		if err != nil {
+			return nil, err
+		}
+		api.Path, wrapperDir = wrapper, filepath.Dir(wrapper)
+	}
 	te.ControlPlane.Etcd = &crenvtest.Etcd{Path: filepath.Join(dir, "etcd")}
 	args := api.Configure()
 	args.Set("authorization-mode", "RBAC")
@@ -165,10 +180,13 @@ func start(dir string, o Options) (*Env, error) {
 	cfg, err := te.Start()
 	if err != nil {
 		_ = te.Stop()
+		if wrapperDir != "" {
+			_ = os.RemoveAll(wrapperDir)
+		}
 		return nil, fmt.Errorf("start kube-apiserver from %s: %w", dir, err)
 	}
 	c, err := client.New(cfg, client.Options{Scheme: kube.Scheme})
-	e := &Env{Config: cfg, Client: c, AssetsDir: dir, env: te}
+	e := &Env{Config: cfg, Client: c, AssetsDir: dir, env: te, wrapperDir: wrapperDir}
 	if err != nil {
 		return e, fmt.Errorf("build client: %w", err)
 	}
@@ -185,6 +203,27 @@ func start(dir string, o Options) (*Env, error) {
 	return e, nil
 }
 
+// memLimitWrapper writes a shell script that runs bin with GOMEMLIMIT=limit
+// (envtest starts its binaries with the test's own environment and has no
+// per-process one) and returns its path, in a new temporary folder.
+func memLimitWrapper(bin, limit string) (string, error) {
+	for _, c := range limit {
+		if !strings.ContainsRune("0123456789KMGTiBb", c) {
+			return "", fmt.Errorf("start kube-apiserver: GoMemLimit %q is not a size such as 100MiB", limit)
+		}
+	}
+	dir, err := os.MkdirTemp("", "envtest-apiserver-")
+	if err != nil {
+		return "", fmt.Errorf("write kube-apiserver wrapper: %w", err)
+	}
+	path := filepath.Join(dir, "kube-apiserver")
+	script := "#!/bin/sh\nGOMEMLIMIT=" + limit + " exec '" + bin + "' \"$@\"\n"
+	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
+		return "", fmt.Errorf("write kube-apiserver wrapper: %w", err)
+	}
+	return path, nil
+}
+
 // Stop stops the cluster's kube-apiserver and etcd and removes etcd's data.
 // It is idempotent; Start registers it with t.Cleanup, and a test calls it
 // itself to take a cluster down mid-test.
@@ -192,6 +231,9 @@ func (e *Env) Stop() error {
 	e.stopOnce.Do(func() {
 		if err := e.env.Stop(); err != nil {
 			e.stopErr = fmt.Errorf("stop kube-apiserver and etcd: %w", err)
+		}
+		if e.wrapperDir != "" {
+			_ = os.RemoveAll(e.wrapperDir)
 		}
 	})
 	return e.stopErr
