@@ -66,13 +66,13 @@ func (h *harness) clients(env *envtest.Env) (client.Client, kubernetes.Interface
 
 // startOtherClusters starts the Clusters-1 other API servers, a few at a
 // time (fifty starting at once on two cores miss envtest's start timeout),
-// each with SmallAPIServerMemLimit.
+// each with SmallAPIServerGOGC.
 func (h *harness) startOtherClusters() {
 	const batch = 5
 	n := h.cfg.Clusters - 1
 	start := time.Now()
 	for i := 0; i < n; i += batch {
-		envs := envtest.StartN(h.tb, min(batch, n-i), envtest.Options{GoMemLimit: h.cfg.SmallAPIServerMemLimit, StartTimeout: 3 * time.Minute})
+		envs := envtest.StartN(h.tb, min(batch, n-i), envtest.Options{GoGC: h.cfg.SmallAPIServerGOGC, StartTimeout: 3 * time.Minute})
 		for j, env := range envs {
 			_, cs, err := h.clients(env)
 			if err != nil {

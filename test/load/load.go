@@ -83,10 +83,10 @@ type Config struct {
 	// FirstClusterNodes is the first cluster's share when Clusters > 1
 	// (min(10000, Nodes/2)).
 	FirstClusterNodes int
-	// SmallAPIServerMemLimit is GOMEMLIMIT of the other clusters'
-	// kube-apiservers ("100MiB"): an idle one holds about 190 MiB of RSS
-	// with it and 280 MiB without (envtest.Options.GoMemLimit).
-	SmallAPIServerMemLimit string
+	// SmallAPIServerGOGC is GOGC of the other clusters' kube-apiservers
+	// (25): an idle one holds about 215 MiB of RSS with it and 265 MiB
+	// without (envtest.Options.GoGC).
+	SmallAPIServerGOGC int
 	// ProfileDir, when set, has the harness record the controller with
 	// `perf record -g` for ProfileFor in the middle of the steady phase
 	// (controller.perf there; read it with `perf report -i`).
@@ -129,7 +129,7 @@ func (c *Config) defaults() {
 	orDefault(&c.Nodes, 1000)
 	orDefault(&c.Clusters, 1)
 	orDefault(&c.FirstClusterNodes, min(10000, c.Nodes/2))
-	orDefault(&c.SmallAPIServerMemLimit, "100MiB")
+	orDefault(&c.SmallAPIServerGOGC, 25)
 	orDefault(&c.ProfileFor, 20*time.Second)
 	orDefault(&c.Zones, 4)
 	orDefault(&c.Workers, 4)
