@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/fleetrepair/fleetrepair/controller/store"
+	"github.com/fleetrepair/fleetrepair/test/pgtest"
+	"github.com/jackc/pgx/v5"
 )
 
 // EnvHistoryBench enables BenchmarkHistory, which generates its data set
@@ -30,6 +32,7 @@ const (
 var (
 	historyOnce  sync.Once
 	historyStore *store.Store
+	historyDSN   string // historyStore's database
 	historyEnd   = time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
 )
 
@@ -50,7 +53,11 @@ func historyData(b *testing.B) *store.Store {
 		}
 		nRepairs := nFindings / 10
 		ctx := context.Background()
-		s := open(b)
+		historyDSN = pgtest.DSN(b)
+		s, err := store.Open(ctx, historyDSN)
+		if err != nil {
+			b.Fatal(err)
+		}
 		start := historyEnd.AddDate(0, 0, -historyDays)
 		began := time.Now()
 		steps := []struct {
@@ -108,7 +115,6 @@ ON CONFLICT DO NOTHING`, []any{historyNodes, nFindings}},
 // logPlans logs the EXPLAIN (ANALYZE, BUFFERS) plan of each history query
 // for one node and one repair.
 func logPlans(b *testing.B, s *store.Store, nRepairs int) {
-	ctx := context.Background()
 	plans := []struct {
 		name string
 		sql  string
@@ -123,21 +129,18 @@ func logPlans(b *testing.B, s *store.Store, nRepairs int) {
 		{"repair audit (RepairAudit)", store.SQLRepairAudit, []any{int64(nRepairs / 2)}},
 	}
 	for _, p := range plans {
-		rows, err := s.Pool().Query(ctx, "EXPLAIN (ANALYZE, BUFFERS) "+p.sql, p.args...)
-		if err != nil {
-			b.Fatalf("explain %s: %v", p.name, err)
-		}
-		var lines []string
-		for rows.Next() {
-			var l string
-			if err := rows.Scan(&l); err != nil {
-				b.Fatal(err)
-			}
-			lines = append(lines, l)
-		}
-		rows.Close()
-		b.Logf("EXPLAIN %s:\n%s", p.name, strings.Join(lines, "\n"))
+		logPlan(b, s, p.name, p.sql, p.args...)
 	}
+}
+
+// logPlan logs the EXPLAIN (ANALYZE, BUFFERS) plan of one query.
+func logPlan(b *testing.B, s *store.Store, name, sql string, args ...any) {
+	rows, _ := s.Pool().Query(context.Background(), "EXPLAIN (ANALYZE, BUFFERS) "+sql, args...)
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		b.Fatalf("explain %s: %v", name, err)
+	}
+	b.Logf("EXPLAIN %s:\n%s", name, strings.Join(lines, "\n"))
 }
 
 // BenchmarkHistory measures the history queries the API serves on the data
@@ -145,7 +148,8 @@ func logPlans(b *testing.B, s *store.Store, nRepairs int) {
 // p50 and p99 latency: the node timeline (GET /api/v1/nodes/{cluster}/{node}
 // reads the newest 500 findings and the node's last 100 repairs), the
 // cluster's repair history (a page of 50) and one repair with its audit and
-// findings (GET /api/v1/repairs/{id}).
+// findings (GET /api/v1/repairs/{id}); then the node timeline against a
+// compacted copy (benchCompacted).
 //
 //	FLEETREPAIR_HISTORY_BENCH=1 go test ./controller/store -run '^$' -bench History -benchtime 2000x -timeout 60m -v
 func BenchmarkHistory(b *testing.B) {
@@ -158,29 +162,31 @@ func BenchmarkHistory(b *testing.B) {
 	wantTimeline := min(500, int(nFindings/historyNodes))
 	wantRepairs := min(100, int(nRepairs/historyNodes))
 	node := func(r *rand.Rand) string { return fmt.Sprintf("node-%d", r.IntN(historyNodes)) }
+	timeline := func(r *rand.Rand) error {
+		fs, err := s.FindingsForNode(ctx, "c1", node(r), time.Time{}, 500)
+		if err == nil && len(fs) != wantTimeline {
+			err = fmt.Errorf("timeline: %d findings, want %d", len(fs), wantTimeline)
+		}
+		return err
+	}
 	cases := []struct {
-		name string
-		run  func(r *rand.Rand) error
+		name  string
+		setup func(b *testing.B) // once, before the warm-up
+		run   func(r *rand.Rand) error
 	}{
-		{"NodeTimeline", func(r *rand.Rand) error {
-			fs, err := s.FindingsForNode(ctx, "c1", node(r), time.Time{}, 500)
-			if err == nil && len(fs) != wantTimeline {
-				err = fmt.Errorf("timeline: %d findings, want %d", len(fs), wantTimeline)
-			}
-			return err
-		}},
-		{"NodeRepairs", func(r *rand.Rand) error {
+		{"NodeTimeline", nil, timeline},
+		{"NodeRepairs", nil, func(r *rand.Rand) error {
 			rs, _, err := s.ListRepairs(ctx, store.RepairFilter{Cluster: "c1", Node: node(r), Limit: 100})
 			if err == nil && len(rs) != wantRepairs {
 				err = fmt.Errorf("node repairs: %d, want %d", len(rs), wantRepairs)
 			}
 			return err
 		}},
-		{"ClusterRepairs", func(r *rand.Rand) error {
+		{"ClusterRepairs", nil, func(r *rand.Rand) error {
 			_, _, err := s.ListRepairs(ctx, store.RepairFilter{Cluster: "c1", Limit: 50, Cursor: 1 + r.Int64N(nRepairs)})
 			return err
 		}},
-		{"RepairDetail", func(r *rand.Rand) error {
+		{"RepairDetail", nil, func(r *rand.Rand) error {
 			id := 1 + r.Int64N(nRepairs)
 			if _, err := s.GetRepair(ctx, id); err != nil {
 				return err
@@ -197,6 +203,9 @@ func BenchmarkHistory(b *testing.B) {
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
+			if c.setup != nil {
+				c.setup(b)
+			}
 			r := rand.New(rand.NewPCG(1, 2))
 			// Warm up: each pooled connection prepares (and PostgreSQL
 			// plans) the statements on first use.
@@ -219,4 +228,112 @@ func BenchmarkHistory(b *testing.B) {
 			b.ReportMetric(q(0.99), "p99-ms")
 		})
 	}
+	b.Run("NodeTimelineCompacted", func(sb *testing.B) { benchCompacted(sb, b) })
+}
+
+// The copy of the data set with its closed partitions rewritten
+// (benchCompacted), made once per test binary.
+var (
+	compactedOnce  sync.Once
+	plainStore     *store.Store
+	compactedStore *store.Store
+)
+
+// benchCompacted (BenchmarkHistory/NodeTimelineCompacted) compares the node
+// timeline on the data set of historyData (rows in arrival order) with the
+// same on a copy of it whose closed partitions are rewritten in
+// node-timeline order (store.CompactFindings, what the controller's
+// maintenance does to one day per pass): the same random node is read from
+// both, alternately, so both see the same machine. It reports p50/p99 of
+// each, and logs the time the rewrite took and both plans. The copy lives
+// as long as parent (the data set's database is dropped with it).
+func benchCompacted(b, parent *testing.B) {
+	ctx := context.Background()
+	compactedOnce.Do(func() {
+		orig := historyData(b)
+		admin := pgtest.AdminDSN(b)
+		var name string
+		if err := orig.Pool().QueryRow(ctx, `SELECT current_database()`).Scan(&name); err != nil {
+			b.Fatal(err)
+		}
+		// CREATE DATABASE ... TEMPLATE needs the template without
+		// sessions: the data set's store is closed for the copy and
+		// opened again.
+		orig.Close()
+		copyName := name + "_compacted"
+		t := time.Now()
+		if err := store.CreateDatabase(ctx, admin, copyName, name); err != nil {
+			b.Fatal(err)
+		}
+		parent.Cleanup(func() { _ = store.DropDatabase(context.Background(), admin, copyName) })
+		b.Logf("copied the data set in %v", time.Since(t).Round(time.Millisecond))
+		reopen := func(db string) *store.Store {
+			dsn, err := pgtest.WithDatabase(historyDSN, db)
+			if err != nil {
+				b.Fatal(err)
+			}
+			s, err := store.Open(ctx, dsn)
+			if err != nil {
+				b.Fatal(err)
+			}
+			parent.Cleanup(s.Close)
+			return s
+		}
+		plainStore, compactedStore = reopen(name), reopen(copyName)
+		historyStore = plainStore
+		t = time.Now()
+		done, err := compactedStore.CompactFindings(ctx, historyEnd, time.Time{}, historyDays+1)
+		if err != nil {
+			b.Fatalf("compact: %v", err)
+		}
+		b.Logf("compacted %d partitions (and vacuumed them) in %v", len(done), time.Since(t).Round(time.Millisecond))
+		for _, s := range []*store.Store{plainStore, compactedStore} {
+			logPlan(b, s, "node timeline (FindingsForNode, newest 500)", store.SQLFindingsForNode, "c1", "node-4242", time.Time{}, 500)
+		}
+	})
+	if compactedStore == nil {
+		b.Fatal("no compacted copy of the data set")
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	var dPlain, dCompacted []time.Duration
+	read := func(s *store.Store, node string, into *[]time.Duration) {
+		t := time.Now()
+		fs, err := s.FindingsForNode(ctx, "c1", node, time.Time{}, 500)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(fs) == 0 {
+			b.Fatalf("timeline of %s: no findings", node)
+		}
+		if into != nil {
+			*into = append(*into, time.Since(t))
+		}
+	}
+	for range 50 { // warm-up: each pooled connection prepares the statement
+		node := fmt.Sprintf("node-%d", r.IntN(historyNodes))
+		read(plainStore, node, nil)
+		read(compactedStore, node, nil)
+	}
+	i := 0
+	for b.Loop() {
+		node := fmt.Sprintf("node-%d", r.IntN(historyNodes))
+		// Alternate which goes first, so neither always finds the other's
+		// pages in the OS cache.
+		if i%2 == 0 {
+			read(plainStore, node, &dPlain)
+			read(compactedStore, node, &dCompacted)
+		} else {
+			read(compactedStore, node, &dCompacted)
+			read(plainStore, node, &dPlain)
+		}
+		i++
+	}
+	q := func(d []time.Duration, p float64) float64 {
+		slices.Sort(d)
+		return float64(d[int(p*float64(len(d)-1))].Microseconds()) / 1000
+	}
+	b.ReportMetric(q(dPlain, 0.50), "p50-ms")
+	b.ReportMetric(q(dPlain, 0.99), "p99-ms")
+	b.ReportMetric(q(dCompacted, 0.50), "compacted-p50-ms")
+	b.ReportMetric(q(dCompacted, 0.99), "compacted-p99-ms")
 }
