@@ -64,7 +64,13 @@ bench:
 ## the leader SIGKILLed mid-wave), PostgreSQL (stopped for LOAD_PG_OUTAGE), a kube-apiserver with
 ## LOAD_NODES Nodes and NodeClaims, one simulated agent per node; prints the figures and writes them
 ## to bin/load-$(LOAD_NODES).txt. A benchmark, not part of `make test` (TestLoadSmoke is).
+## LOAD_CLUSTERS > 1 is the fleet scenario: that many API servers, steady heartbeats only, e.g.
+## `make load LOAD_CLUSTERS=50 LOAD_NODES=100000 LOAD_REPLICAS=1`; LOAD_PROFILE=dir records the
+## controller with perf in the steady phase.
 LOAD_NODES      ?= 1000
+LOAD_CLUSTERS   ?= 1
+LOAD_FIRST_NODES ?= 0
+LOAD_PROFILE    ?=
 LOAD_REPLICAS   ?= 2
 LOAD_WORKERS    ?= 4
 LOAD_STEADY     ?= 60s
@@ -73,8 +79,8 @@ LOAD_TOLERATION ?= 30s
 LOAD_DB_POOL    ?= 32
 load:
 	@mkdir -p $(BIN)
-	$(GO) test ./test/load -run '^$$' -bench . -benchtime 1x -timeout 60m -args \
-		-load.nodes=$(LOAD_NODES) -load.replicas=$(LOAD_REPLICAS) -load.workers=$(LOAD_WORKERS) \
+	$(GO) test ./test/load -run '^$$' -bench . -benchtime 1x -timeout 120m -args \
+		-load.nodes=$(LOAD_NODES) -load.clusters=$(LOAD_CLUSTERS) -load.first-cluster-nodes=$(LOAD_FIRST_NODES) -load.profile=$(LOAD_PROFILE) -load.replicas=$(LOAD_REPLICAS) -load.workers=$(LOAD_WORKERS) \
 		-load.steady=$(LOAD_STEADY) -load.pg-outage=$(LOAD_PG_OUTAGE) -load.toleration=$(LOAD_TOLERATION) -load.db-pool=$(LOAD_DB_POOL) \
 		-load.out=$(CURDIR)/$(BIN)/load-$(LOAD_NODES).txt -load.logs=$(CURDIR)/$(BIN)/load-logs-$(LOAD_NODES)
 

@@ -2,6 +2,9 @@ package envtest_test
 
 import (
 	"context"
+	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -85,4 +88,39 @@ func TestAssetsDirNamesTheFolder(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), "kube-apiserver") {
 		t.Fatalf("AssetsDir with an empty %s: err = %v, want it to name the binary and %s", envtest.AssetsEnv, err, dir)
 	}
+}
+
+// TestGoGC: with Options.GoGC the cluster works and its kube-apiserver
+// runs with that GOGC in its environment (the wrapper script execs it).
+func TestGoGC(t *testing.T) {
+	env := envtest.Start(t, envtest.Options{GoGC: 25})
+	if err := env.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "gogc"}}); err != nil {
+		t.Fatalf("create namespace: %v", err)
+	}
+	u, err := url.Parse(env.Config.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dirs, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Skipf("no /proc: %v", err)
+	}
+	for _, d := range dirs {
+		cmdline, err := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
+		if err != nil || !strings.Contains(string(cmdline), "--secure-port="+u.Port()+"\x00") {
+			continue
+		}
+		environ, err := os.ReadFile(filepath.Join("/proc", d.Name(), "environ"))
+		if err != nil {
+			t.Fatalf("read the API server's environment: %v", err)
+		}
+		if !strings.Contains("\x00"+string(environ), "\x00GOGC=25\x00") {
+			t.Fatalf("kube-apiserver (pid %s) runs without GOGC=25", d.Name())
+		}
+		if !strings.HasSuffix(strings.SplitN(string(cmdline), "\x00", 2)[0], "/kube-apiserver") {
+			t.Fatalf("process %s is %q, want kube-apiserver itself (the wrapper execs it)", d.Name(), cmdline)
+		}
+		return
+	}
+	t.Fatalf("no kube-apiserver process serves port %s", u.Port())
 }

@@ -49,13 +49,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	coordv1 "k8s.io/api/coordination/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/fleetrepair/fleetrepair/agent/finding"
 	"github.com/fleetrepair/fleetrepair/agent/uplink"
-	"github.com/fleetrepair/fleetrepair/controller/kube"
 	"github.com/fleetrepair/fleetrepair/test/envtest"
 	"github.com/fleetrepair/fleetrepair/test/karpentersim"
 	"github.com/fleetrepair/fleetrepair/test/pgtemp"
@@ -69,8 +67,32 @@ const token = "load-harness-agent-token"
 
 // Config sizes a run. Zero fields take the defaults in parentheses.
 type Config struct {
-	Nodes int // simulated nodes (1000)
-	Zones int // zones, >= 2 (4); the wave zone holds WaveZoneShare of the nodes, the rest share the others
+	Nodes int // simulated nodes (1000), over every cluster
+	// Clusters is the number of simulated clusters (1), each its own
+	// kube-apiserver and etcd (test/envtest), every one served by the
+	// controller (--cluster per cluster). With more than one the run is
+	// the fleet scenario: steady heartbeats of every node, then the drain
+	// and the lost-findings check (the wave, the kill and the PostgreSQL
+	// outage need the one cluster's NodeClaims and Lease and are not run).
+	// The first cluster, Cluster, holds FirstClusterNodes Nodes with their
+	// NodeClaims (test/karpentersim); the others, Cluster-01 and on, share
+	// the rest evenly and hold Nodes only (one Create each, status
+	// included), so 100,000 Nodes are created in minutes, not the half
+	// hour that four requests per node take.
+	Clusters int
+	// FirstClusterNodes is the first cluster's share when Clusters > 1
+	// (min(10000, Nodes/2)).
+	FirstClusterNodes int
+	// SmallAPIServerGOGC is GOGC of the other clusters' kube-apiservers
+	// (25): an idle one holds about 215 MiB of RSS with it and 265 MiB
+	// without (envtest.Options.GoGC).
+	SmallAPIServerGOGC int
+	// ProfileDir, when set, has the harness record the controller with
+	// `perf record -g` for ProfileFor in the middle of the steady phase
+	// (controller.perf there; read it with `perf report -i`).
+	ProfileDir string
+	ProfileFor time.Duration // (20s)
+	Zones      int           // zones, >= 2 (4); the wave zone holds WaveZoneShare of the nodes, the rest share the others
 	// WaveZoneShare is the wave zone's share of the fleet (0.25); WaveShare
 	// the share of that zone reporting Xid 79 (0.6): 150 nodes at 1,000.
 	WaveZoneShare, WaveShare float64
@@ -105,6 +127,10 @@ type Config struct {
 
 func (c *Config) defaults() {
 	orDefault(&c.Nodes, 1000)
+	orDefault(&c.Clusters, 1)
+	orDefault(&c.FirstClusterNodes, min(10000, c.Nodes/2))
+	orDefault(&c.SmallAPIServerGOGC, 25)
+	orDefault(&c.ProfileFor, 20*time.Second)
 	orDefault(&c.Zones, 4)
 	orDefault(&c.Workers, 4)
 	orDefault(&c.Replicas, 2)
@@ -172,6 +198,11 @@ type Result struct {
 	LoneAfter   time.Duration // lone failure report -> its repair in deleting; 0: never
 	LoneDeletes float64       // NodeClaim DELETE calls the API server counted (must be 1)
 	Killed      string        // the replica SIGKILLed mid-wave
+	// ClusterNodes is each cluster's Node count (the fleet scenario).
+	ClusterNodes map[string]int
+	// APIServerRSS is the largest kube-apiserver RSS of a small cluster
+	// and the first cluster's, at the end of setup, bytes.
+	SmallAPIServerRSS, FirstAPIServerRSS int64
 
 	Enqueued int // findings the agents were given
 	Acked    int // findings acknowledged by a 2xx
@@ -191,6 +222,7 @@ type Sample struct {
 // node is one simulated node and its agent.
 type node struct {
 	name, zone string
+	cluster    string
 	up         *uplink.Uplink
 	tr         *agentTransport
 	seq        atomic.Uint64
@@ -213,8 +245,10 @@ type replica struct {
 func Run(tb testing.TB, cfg Config) *Result {
 	tb.Helper()
 	cfg.defaults()
-	if cfg.Replicas < 1 || cfg.Replicas > 2 || cfg.Zones < 2 || (cfg.KillLeader && cfg.Replicas < 2) {
-		tb.Fatalf("load config: replicas %d (1 or 2), zones %d (>= 2), killLeader %v (needs 2 replicas)", cfg.Replicas, cfg.Zones, cfg.KillLeader)
+	if cfg.Replicas < 1 || cfg.Replicas > 2 || cfg.Zones < 2 || (cfg.KillLeader && cfg.Replicas < 2) || cfg.Clusters < 1 ||
+		(cfg.Clusters > 1 && (cfg.FirstClusterNodes < 1 || cfg.Nodes-cfg.FirstClusterNodes < cfg.Clusters-1)) {
+		tb.Fatalf("load config: replicas %d (1 or 2), zones %d (>= 2), killLeader %v (needs 2 replicas), clusters %d with %d of %d nodes in the first (every cluster needs a node)",
+			cfg.Replicas, cfg.Zones, cfg.KillLeader, cfg.Clusters, cfg.FirstClusterNodes, cfg.Nodes)
 	}
 	h := &harness{tb: tb, cfg: cfg, res: &Result{Config: cfg}, st: newAgentStats(), log: cfg.Logf}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -224,7 +258,12 @@ func Run(tb testing.TB, cfg Config) *Result {
 	h.res.Setup = time.Since(begin)
 	h.log("setup done in %s", h.res.Setup.Round(time.Second))
 
-	h.phase(ctx, "steady", func() { h.background(ctx, cfg.Steady) })
+	h.phase(ctx, "steady", func() { h.steady(ctx) })
+	if h.fleet() {
+		h.phase(ctx, "drain", func() { h.drain(ctx) })
+		h.final(ctx)
+		return h.res
+	}
 	h.phase(ctx, "wave", func() { h.runWave(ctx) })
 	if cfg.PGOutage > 0 {
 		h.phase(ctx, "pg-outage", func() { h.pgOutage(ctx) })
@@ -247,6 +286,7 @@ type harness struct {
 	env       *envtest.Env
 	kc        client.Client
 	cs        kubernetes.Interface
+	others    []otherCluster // the fleet scenario's clusters after the first
 	ownReqs   atomic.Int64
 	replicas  []*replica
 	nodes     []*node
@@ -286,14 +326,11 @@ func (h *harness) setup(ctx context.Context) {
 	h.pg = pg
 	h.tb.Cleanup(func() { _ = pg.Stop() })
 	h.env = envtest.Start(h.tb, envtest.Options{})
-	kcfg := rest.CopyConfig(h.env.Config)
-	kcfg.QPS, kcfg.Burst = 2000, 4000
-	kcfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return countingTransport{base: rt, n: &h.ownReqs} })
-	if h.kc, err = client.New(kcfg, client.Options{Scheme: kube.Scheme}); err != nil {
-		h.fatal("build client: %v", err)
+	if h.kc, h.cs, err = h.clients(h.env); err != nil {
+		h.fatal("%v", err)
 	}
-	if h.cs, err = kubernetes.NewForConfig(kcfg); err != nil {
-		h.fatal("build clientset: %v", err)
+	if h.fleet() {
+		h.startOtherClusters()
 	}
 	h.createFleet(ctx)
 	buildWG.Wait()
@@ -316,6 +353,7 @@ func (h *harness) setup(ctx context.Context) {
 	h.tb.Cleanup(h.db.Close)
 	go h.sampleRSS(ctx)
 	h.startAgents(ctx)
+	h.recordAPIServerRSS()
 }
 
 // buildController builds cmd/fleetrepair into bin.
@@ -343,15 +381,24 @@ func (h *harness) createFleet(ctx context.Context) {
 	for z := range cfg.Zones {
 		h.zones = append(h.zones, "zone-"+string(rune('a'+z)))
 	}
-	inWave := int(float64(cfg.Nodes) * cfg.WaveZoneShare)
-	for i := range cfg.Nodes {
+	first := cfg.Nodes
+	if h.fleet() {
+		first = cfg.FirstClusterNodes
+	}
+	h.res.ClusterNodes = map[string]int{Cluster: first}
+	inWave := int(float64(first) * cfg.WaveZoneShare)
+	for i := range first {
 		zone := h.zones[0]
 		if i >= inWave {
 			zone = h.zones[1+(i-inWave)%(cfg.Zones-1)]
 		}
-		h.nodes = append(h.nodes, &node{name: fmt.Sprintf("gpu-%s-%05d", zone[len(zone)-1:], i), zone: zone, boot: uuid.NewString()})
+		h.nodes = append(h.nodes, &node{name: fmt.Sprintf("gpu-%s-%05d", zone[len(zone)-1:], i), zone: zone, cluster: Cluster, boot: uuid.NewString()})
 	}
 	start := time.Now()
+	var others sync.WaitGroup
+	if h.fleet() {
+		others.Go(func() { h.createOtherNodes(ctx, first) })
+	}
 	work := make(chan *node)
 	var wg sync.WaitGroup
 	var failed atomic.Value
@@ -373,6 +420,7 @@ func (h *harness) createFleet(ctx context.Context) {
 	}
 	close(work)
 	wg.Wait()
+	others.Wait()
 	if err, _ := failed.Load().(error); err != nil {
 		h.fatal("create fleet: %v", err)
 	}
@@ -402,6 +450,9 @@ func (h *harness) startReplica(ctx context.Context, bin string, i int) *replica 
 	args := []string{"controller", "--database-url", dsn, "--listen", "127.0.0.1:" + strconv.Itoa(port),
 		"--cluster", Cluster + "=" + h.env.Kubeconfig, "--agent-auth=static", "--agent-token", token,
 		"--toleration", h.cfg.Toleration.String(), "--resync", h.cfg.Resync.String(), "--workers", strconv.Itoa(h.cfg.Workers)}
+	for _, o := range h.others {
+		args = append(args, "--cluster", o.name+"="+o.env.Kubeconfig)
+	}
 	if h.cfg.Replicas > 1 {
 		args = append(args, "--leader-elect", "--leader-elect-namespace", "default", "--leader-elect-identity", name)
 	}
@@ -499,7 +550,7 @@ func (h *harness) startAgents(ctx context.Context) {
 	for i, n := range h.nodes {
 		n.tr = &agentTransport{base: base, urls: urls, st: h.st}
 		n.tr.cur.Store(int32(i % len(urls)))
-		up, err := uplink.New(uplink.Config{URL: urls[i%len(urls)].String(), Cluster: Cluster, Node: n.name, BootID: n.boot,
+		up, err := uplink.New(uplink.Config{URL: urls[i%len(urls)].String(), Cluster: n.cluster, Node: n.name, BootID: n.boot,
 			AgentVersion: "load", Token: token, HTTPClient: &http.Client{Transport: n.tr}, FlushInterval: h.cfg.Flush,
 			HeartbeatInterval: h.cfg.Heartbeat, Logger: discard})
 		if err != nil {
@@ -521,6 +572,10 @@ func (h *harness) startAgents(ctx context.Context) {
 	deadline := time.Now().Add(h.cfg.Heartbeat + h.cfg.Flush + 2*time.Minute)
 	for h.st.firstOK.Load() < int64(len(h.nodes)) {
 		if time.Now().After(deadline) {
+			if h.fleet() { // how far a fleet too large for the controller gets is a figure, not a setup failure
+				h.fail("only %d of %d agents had a report accepted by the end of setup (outcomes %+v)", h.st.firstOK.Load(), len(h.nodes), h.st.counts())
+				return
+			}
 			h.fatal("only %d of %d agents had a report accepted (outcomes %+v)", h.st.firstOK.Load(), len(h.nodes), h.st.counts())
 		}
 		time.Sleep(250 * time.Millisecond)
@@ -571,7 +626,7 @@ func (h *harness) background(ctx context.Context, d time.Duration) {
 		case <-t.C:
 			for range perTick {
 				n := h.nodes[rand.IntN(len(h.nodes))]
-				if n == h.lone || n.zone == h.zones[0] {
+				if !h.fleet() && (n == h.lone || n.zone == h.zones[0]) {
 					continue // the wave zone and the lone node carry only their failures
 				}
 				h.enqueue(n, sbeRate(n.seq.Load()+1))
@@ -666,14 +721,27 @@ func (h *harness) postgresCPU() float64 {
 	return h.pgCPU + v
 }
 
-// apiRequests reads apiserver_request_total from the API server's /metrics.
+// apiRequests reads apiserver_request_total from every API server's
+// /metrics and adds them up.
 func (h *harness) apiRequests(ctx context.Context) apiRequests {
-	b, err := h.cs.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
-	if err != nil {
-		h.fail("read API server /metrics: %v", err)
-		return apiRequests{by: map[string]float64{}}
+	css := []kubernetes.Interface{h.cs}
+	for _, o := range h.others {
+		css = append(css, o.cs)
 	}
-	return parseAPIRequests(b, time.Now())
+	sum := apiRequests{by: map[string]float64{}, at: time.Now()}
+	for _, cs := range css {
+		b, err := cs.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+		if err != nil {
+			h.fail("read API server /metrics: %v", err)
+			continue
+		}
+		r := parseAPIRequests(b, time.Now())
+		sum.total += r.total
+		for k, v := range r.by {
+			sum.by[k] += v
+		}
+	}
+	return sum
 }
 
 // runWave: WaveShare of the wave zone reports Xid 79 within WaveSpread, a lone
@@ -908,7 +976,7 @@ func (h *harness) final(ctx context.Context) {
 	res.Acked = len(ids)
 	for i := 0; i < len(ids); i += 5000 {
 		var n int
-		if err := h.db.QueryRow(ctx, `SELECT count(*) FROM findings WHERE cluster = $1 AND id = ANY($2)`, Cluster, ids[i:min(i+5000, len(ids))]).Scan(&n); err != nil {
+		if err := h.db.QueryRow(ctx, `SELECT count(*) FROM findings WHERE cluster = ANY($1) AND id = ANY($2)`, h.clusterNames(), ids[i:min(i+5000, len(ids))]).Scan(&n); err != nil {
 			h.fail("count stored findings: %v", err)
 			return
 		}
@@ -920,6 +988,9 @@ func (h *harness) final(ctx context.Context) {
 	}
 	if res.Acked < res.Enqueued {
 		h.fail("%d of %d findings still unacknowledged after the drain", res.Enqueued-res.Acked, res.Enqueued)
+	}
+	if h.fleet() {
+		return // no wave: no NodeClaim to check
 	}
 	var ncs karpv1.NodeClaimList
 	if err := h.kc.List(ctx, &ncs); err != nil {

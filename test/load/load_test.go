@@ -14,6 +14,9 @@ import (
 var (
 	flagNodes      = flag.Int("load.nodes", 1000, "simulated nodes")
 	flagZones      = flag.Int("load.zones", 4, "zones")
+	flagClusters   = flag.Int("load.clusters", 1, "simulated clusters, each its own API server; > 1 runs the fleet scenario (steady heartbeats only)")
+	flagFirstNodes = flag.Int("load.first-cluster-nodes", 0, "Nodes (with NodeClaims) of the first cluster when clusters > 1 (0: min(10000, nodes/2))")
+	flagProfile    = flag.String("load.profile", "", "record the controller with perf in the steady phase into this folder")
 	flagReplicas   = flag.Int("load.replicas", 2, "controller replicas (1 or 2); 2 kills the leader mid-wave")
 	flagWorkers    = flag.Int("load.workers", 4, "controller --workers")
 	flagSteady     = flag.Duration("load.steady", 60*time.Second, "steady-heartbeat phase")
@@ -28,7 +31,7 @@ var (
 // BenchmarkLoad runs every scenario once on a fleet sized by the -load.*
 // flags and prints the figures; `make load` runs it with -benchtime 1x.
 func BenchmarkLoad(b *testing.B) {
-	cfg := Config{Nodes: *flagNodes, Zones: *flagZones, Replicas: *flagReplicas, KillLeader: *flagReplicas > 1,
+	cfg := Config{Nodes: *flagNodes, Clusters: *flagClusters, FirstClusterNodes: *flagFirstNodes, ProfileDir: *flagProfile, Zones: *flagZones, Replicas: *flagReplicas, KillLeader: *flagReplicas > 1 && *flagClusters <= 1,
 		Workers: *flagWorkers, Steady: *flagSteady, Heartbeat: *flagHeartbeat, Toleration: *flagToleration,
 		PGOutage: *flagPGOutage, DBPoolConns: *flagDBPool, LogDir: *flagLogs, Logf: b.Logf}
 	var res *Result

@@ -13,8 +13,13 @@ import (
 func (r *Result) WriteTable(w io.Writer) error {
 	c := r.Config
 	var b strings.Builder
-	fmt.Fprintf(&b, "fleetrepair load: %d nodes in %d zones, 1 cluster, %d controller replica(s) (--workers %d, --toleration %s, --resync %s), heartbeat %s, background %.0f findings/s\n",
-		c.Nodes, c.Zones, c.Replicas, c.Workers, c.Toleration, c.Resync, c.Heartbeat, c.Background)
+	clusters := "1 cluster"
+	if c.Clusters > 1 {
+		clusters = fmt.Sprintf("%d clusters (%s: %d Nodes with NodeClaims; %d others: %d Nodes, Nodes only, kube-apiserver GOGC %d)",
+			c.Clusters, Cluster, c.FirstClusterNodes, c.Clusters-1, c.Nodes-c.FirstClusterNodes, c.SmallAPIServerGOGC)
+	}
+	fmt.Fprintf(&b, "fleetrepair load: %d nodes in %d zones, %s, %d controller replica(s) (--workers %d, --toleration %s, --resync %s), heartbeat %s, background %.0f findings/s\n",
+		c.Nodes, c.Zones, clusters, c.Replicas, c.Workers, c.Toleration, c.Resync, c.Heartbeat, c.Background)
 	pool := "pgxpool default"
 	if c.DBPoolConns > 0 {
 		pool = fmt.Sprintf("pool_max_conns=%d", c.DBPoolConns)
@@ -36,6 +41,18 @@ func (r *Result) WriteTable(w io.Writer) error {
 		fmt.Fprintf(&b, "apiserver requests in %s (harness excluded): %s\n", p.Name, verbs(p.APIByVerb))
 	}
 	fmt.Fprintln(&b)
+	if r.FirstAPIServerRSS > 0 {
+		fmt.Fprintf(&b, "kube-apiserver RSS after setup: %s %.0f MiB", Cluster, float64(r.FirstAPIServerRSS)/(1<<20))
+		if r.SmallAPIServerRSS > 0 {
+			fmt.Fprintf(&b, ", largest of the other clusters %.0f MiB", float64(r.SmallAPIServerRSS)/(1<<20))
+		}
+		fmt.Fprintln(&b)
+	}
+	if c.Clusters > 1 {
+		fmt.Fprintf(&b, "fleet scenario: steady heartbeats of every node in every cluster, then the drain (no wave, kill or outage)\n")
+		fmt.Fprintf(&b, "findings: %d given to agents, %d acknowledged, %d of those stored, lost %d (must be 0)\n", r.Enqueued, r.Acked, r.Stored, r.Lost)
+		return r.writeVerdict(w, &b)
+	}
 	fmt.Fprintf(&b, "wave: %d nodes of %s report Xid 79 within %s\n", r.WaveNodes, "zone-a", c.WaveSpread)
 	if r.WaveCohort != "" {
 		fmt.Fprintf(&b, "  breaker %s tripped %s after the first failing report, %s after the last one was acknowledged\n",
@@ -57,15 +74,21 @@ func (r *Result) WriteTable(w io.Writer) error {
 		fmt.Fprintf(&b, "  %s (the Lease holder) SIGKILLed mid-wave\n", r.Killed)
 	}
 	fmt.Fprintf(&b, "findings: %d given to agents, %d acknowledged, %d of those stored, lost %d (must be 0)\n", r.Enqueued, r.Acked, r.Stored, r.Lost)
+	return r.writeVerdict(w, &b)
+}
+
+// writeVerdict ends the table with the notes and the correctness verdict
+// and writes it all to w.
+func (r *Result) writeVerdict(w io.Writer, b *strings.Builder) error {
 	for _, n := range r.Notes {
-		fmt.Fprintf(&b, "note: %s\n", n)
+		fmt.Fprintf(b, "note: %s\n", n)
 	}
 	if len(r.Failures) == 0 {
-		fmt.Fprintf(&b, "correctness: ok\n")
+		fmt.Fprintf(b, "correctness: ok\n")
 	} else {
-		fmt.Fprintf(&b, "correctness: %d FAILURES\n", len(r.Failures))
+		fmt.Fprintf(b, "correctness: %d FAILURES\n", len(r.Failures))
 		for _, f := range r.Failures {
-			fmt.Fprintf(&b, "  - %s\n", f)
+			fmt.Fprintf(b, "  - %s\n", f)
 		}
 	}
 	_, err := io.WriteString(w, b.String())

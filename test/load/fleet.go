@@ -1,0 +1,245 @@
+package load
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
+	"github.com/fleetrepair/fleetrepair/controller/kube"
+	"github.com/fleetrepair/fleetrepair/test/envtest"
+)
+
+// otherCluster is one of the fleet scenario's clusters after the first: its
+// own kube-apiserver and etcd, Nodes only.
+type otherCluster struct {
+	name string
+	env  *envtest.Env
+	cs   kubernetes.Interface
+}
+
+// fleet reports whether this run is the multi-cluster fleet scenario.
+func (h *harness) fleet() bool { return h.cfg.Clusters > 1 }
+
+// clusterNames are the names the controller serves, the first cluster's first.
+func (h *harness) clusterNames() []string {
+	out := []string{Cluster}
+	for _, o := range h.others {
+		out = append(out, o.name)
+	}
+	return out
+}
+
+// clients builds the harness's own clients of env, whose requests are
+// counted apart (ownReqs) and taken out of the API server figures.
+func (h *harness) clients(env *envtest.Env) (client.Client, kubernetes.Interface, error) {
+	kcfg := rest.CopyConfig(env.Config)
+	kcfg.QPS, kcfg.Burst = 2000, 4000
+	kcfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return countingTransport{base: rt, n: &h.ownReqs} })
+	kc, err := client.New(kcfg, client.Options{Scheme: kube.Scheme})
+	if err != nil {
+		return nil, nil, fmt.Errorf("build client: %w", err)
+	}
+	cs, err := kubernetes.NewForConfig(kcfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("build clientset: %w", err)
+	}
+	return kc, cs, nil
+}
+
+// startOtherClusters starts the Clusters-1 other API servers, a few at a
+// time (fifty starting at once on two cores miss envtest's start timeout),
+// each with SmallAPIServerGOGC.
+func (h *harness) startOtherClusters() {
+	const batch = 5
+	n := h.cfg.Clusters - 1
+	start := time.Now()
+	for i := 0; i < n; i += batch {
+		envs := envtest.StartN(h.tb, min(batch, n-i), envtest.Options{GoGC: h.cfg.SmallAPIServerGOGC, StartTimeout: 3 * time.Minute})
+		for j, env := range envs {
+			_, cs, err := h.clients(env)
+			if err != nil {
+				h.fatal("%v", err)
+			}
+			h.others = append(h.others, otherCluster{name: fmt.Sprintf("%s-%02d", Cluster, i+j+1), env: env, cs: cs})
+		}
+		h.log("started %d of %d other API servers (%s)", len(h.others), n, time.Since(start).Round(time.Second))
+	}
+}
+
+// createOtherNodes creates the other clusters' Nodes (Nodes minus the
+// first cluster's first), spread evenly, each with one Create carrying its
+// status (as a kubelet registers its Node), 4 creators per cluster.
+func (h *harness) createOtherNodes(ctx context.Context, first int) {
+	left := h.cfg.Nodes - first
+	per := make([][]*node, len(h.others))
+	for i := range left {
+		c := i % len(h.others)
+		o := h.others[c]
+		zone := h.zones[1+len(per[c])%(len(h.zones)-1)]
+		per[c] = append(per[c], &node{name: fmt.Sprintf("gpu-%s-%05d", zone[len(zone)-1:], len(per[c])), zone: zone, cluster: o.name, boot: uuid.NewString()})
+	}
+	start := time.Now()
+	var created atomic.Int64
+	var failed atomic.Value
+	var wg sync.WaitGroup
+	for c, o := range h.others {
+		h.res.ClusterNodes[o.name] = len(per[c])
+		work := make(chan *node)
+		for range 4 {
+			wg.Go(func() {
+				for n := range work {
+					if err := createBareNode(ctx, o.cs, n); err != nil {
+						failed.CompareAndSwap(nil, err)
+					}
+					if v := created.Add(1); v%10000 == 0 {
+						h.log("created %d other-cluster Nodes (%.0f/s)", v, float64(v)/time.Since(start).Seconds())
+					}
+				}
+			})
+		}
+		wg.Go(func() {
+			defer close(work)
+			for _, n := range per[c] {
+				select {
+				case work <- n:
+				case <-ctx.Done():
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err, _ := failed.Load().(error); err != nil {
+		h.fatal("create other clusters' Nodes: %v", err)
+	}
+	for c := range per {
+		h.nodes = append(h.nodes, per[c]...)
+	}
+	h.log("created %d Nodes in %d other clusters in %s", left, len(h.others), time.Since(start).Round(time.Second))
+}
+
+// createBareNode creates n's Node, Ready, with 8 GPUs, its zone and
+// instance type, in one request.
+func createBareNode(ctx context.Context, cs kubernetes.Interface, n *node) error {
+	gpus := resource.MustParse("8")
+	now := metav1.Now()
+	_, err := cs.CoreV1().Nodes().Create(ctx, &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: n.name, Labels: map[string]string{
+			karpv1.NodePoolLabelKey: "gpu", corev1.LabelTopologyZone: n.zone, corev1.LabelInstanceTypeStable: "p5.48xlarge",
+			corev1.LabelHostname: n.name, "nvidia.com/gpu.count": "8", "fleetrepair.dev/simulated-node": "true"}},
+		Spec: corev1.NodeSpec{ProviderID: "sim:///" + n.zone + "/" + n.name},
+		Status: corev1.NodeStatus{
+			Capacity:    corev1.ResourceList{"nvidia.com/gpu": gpus},
+			Allocatable: corev1.ResourceList{"nvidia.com/gpu": gpus},
+			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue,
+				Reason: "KubeletReady", LastTransitionTime: now, LastHeartbeatTime: now}},
+			NodeInfo: corev1.NodeSystemInfo{KernelVersion: "6.8.0-1015-aws", OSImage: "Amazon Linux 2023"},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("create node %s/%s: %w", n.cluster, n.name, err)
+	}
+	return nil
+}
+
+// steady is the steady phase: heartbeats and background findings for
+// cfg.Steady, with the controller recorded by perf in its middle when
+// ProfileDir is set.
+func (h *harness) steady(ctx context.Context) {
+	if h.cfg.ProfileDir != "" && len(h.replicas) > 0 {
+		go func() {
+			sleepCtx(ctx, max(0, (h.cfg.Steady-h.cfg.ProfileFor)/2))
+			h.profile(ctx, h.replicas[0])
+		}()
+	}
+	h.background(ctx, h.cfg.Steady)
+}
+
+// profile records r with `perf record -g` for ProfileFor into
+// ProfileDir/controller.perf, and writes the flat report next to it.
+func (h *harness) profile(ctx context.Context, r *replica) {
+	if err := os.MkdirAll(h.cfg.ProfileDir, 0o755); err != nil {
+		h.log("profile: %v", err)
+		return
+	}
+	out := filepath.Join(h.cfg.ProfileDir, "controller.perf")
+	secs := strconv.Itoa(max(1, int(h.cfg.ProfileFor.Seconds())))
+	rec := exec.CommandContext(ctx, "perf", "record", "-F", "199", "-g", "-p", strconv.Itoa(r.cmd.Process.Pid), "-o", out, "--", "sleep", secs)
+	if b, err := rec.CombinedOutput(); err != nil {
+		h.log("profile: perf record: %v: %s", err, b)
+		return
+	}
+	rep, err := exec.CommandContext(ctx, "perf", "report", "-i", out, "--no-children", "--sort", "symbol", "--stdio", "-g", "none", "--percent-limit", "0.5").Output()
+	if err != nil {
+		h.log("profile: perf report: %v", err)
+		return
+	}
+	var trimmed strings.Builder
+	for _, line := range strings.Split(string(rep), "\n") {
+		trimmed.WriteString(strings.TrimRight(line, " -") + "\n")
+	}
+	if err := os.WriteFile(filepath.Join(h.cfg.ProfileDir, "controller-report.txt"), []byte(trimmed.String()), 0o644); err != nil {
+		h.log("profile: %v", err)
+	}
+	h.log("profile: %s (report in controller-report.txt)", out)
+}
+
+// apiServerRSS returns the RSS of env's kube-apiserver, found by its
+// --secure-port in /proc.
+func apiServerRSS(env *envtest.Env) (int64, error) {
+	u, err := url.Parse(env.Config.Host)
+	if err != nil {
+		return 0, fmt.Errorf("parse API server address %q: %w", env.Config.Host, err)
+	}
+	port := u.Port()
+	dirs, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, fmt.Errorf("read /proc: %w", err)
+	}
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
+		if err != nil || !strings.Contains(string(b), "kube-apiserver") || !strings.Contains(string(b), "--secure-port="+port+"\x00") {
+			continue
+		}
+		return rssBytes(pid)
+	}
+	return 0, fmt.Errorf("find the kube-apiserver of %s", env.Config.Host)
+}
+
+// recordAPIServerRSS fills Result's API server RSS figures.
+func (h *harness) recordAPIServerRSS() {
+	v, err := apiServerRSS(h.env)
+	if err != nil {
+		h.log("%v", err)
+	}
+	h.res.FirstAPIServerRSS = v
+	for _, o := range h.others {
+		v, err := apiServerRSS(o.env)
+		if err != nil {
+			h.log("%v", err)
+		}
+		h.res.SmallAPIServerRSS = max(h.res.SmallAPIServerRSS, v)
+	}
+}
