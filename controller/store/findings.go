@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -19,37 +20,15 @@ const (
 INSERT INTO clusters (name, created_at) VALUES ($1, $2)
 ON CONFLICT (name) DO NOTHING`
 
-	// Every report of a node takes this lock first (released at commit), so
-	// the reports of one node are applied one at a time and each statement
-	// after it sees everything an earlier report committed: the change check
-	// of sqlUpsertNodeFromReport compares with the latest facts, and the
-	// duplicate check of sqlInsertFindings sees every finding stored before.
-	// Reports of different nodes do not wait on each other (a 64-bit hash; a
-	// collision only serializes two nodes). A row lock would not do: a node's
-	// first reports have no row to lock.
-	sqlLockNode = `SELECT pg_advisory_xact_lock(hashtextextended($1 || '/' || $2, 0))`
-
-	// The agent's columns only. A report older (by SentAt) than the newest
-	// one applied, e.g. a retry from the agent's spool, still refreshes
-	// last_seen but does not roll boot_id, versions or heartbeat back. A
-	// column whose value does not change keeps its stored datum (no new
-	// TOAST value for an unchanged heartbeat); nodes has no index on the
+	// sqlNodeConflict is the ON CONFLICT clause of the node upsert from
+	// reports (sqlUpsertNodesFromHeartbeats, groupcommit.go): what a report
+	// may change. The agent's columns only. A report older (by SentAt) than
+	// the newest one applied, e.g. a retry from the agent's spool, still
+	// refreshes last_seen but does not roll boot_id, versions or heartbeat
+	// back. A column whose value does not change keeps its stored datum (no
+	// new TOAST value for an unchanged heartbeat); nodes has no index on the
 	// updated columns, so a heartbeat that changes nothing is a HOT update
-	// of one row. It returns whether the agent's facts changed (or the row is
-	// new): the CTE reads the old values, after sqlLockNode.
-	sqlUpsertNodeFromReport = `
-WITH old AS (
-    SELECT cluster, name, boot_id, driver_version, kernel_version, agent_version, heartbeat
-    FROM nodes WHERE cluster = $1 AND name = $2)
-INSERT INTO nodes AS n (cluster, name, boot_id, driver_version, kernel_version, agent_version,
-                        heartbeat, last_seen, last_sent_at, created_at, updated_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $8, $8)
-{{conflict}}
-RETURNING {{changed}}`
-
-	// sqlNodeConflict is the ON CONFLICT clause of every node upsert from a
-	// report (sqlUpsertNodeFromReport, sqlUpsertNodesFromHeartbeats): one
-	// rule for what a report may change.
+	// of one row.
 	sqlNodeConflict = `ON CONFLICT (cluster, name) DO UPDATE SET
     last_seen = GREATEST(n.last_seen, excluded.last_seen),
     updated_at = excluded.updated_at,
@@ -69,29 +48,30 @@ RETURNING {{changed}}`
       AND (o.boot_id, o.driver_version, o.kernel_version, o.agent_version, o.heartbeat)
           IS NOT DISTINCT FROM (n.boot_id, n.driver_version, n.kernel_version, n.agent_version, n.heartbeat))`
 
-	// One statement for the whole batch. A finding already stored for the
-	// same node (a resent report) is skipped: findings are unique per
-	// (cluster, node, id), and the first copy of a resend was received at or
-	// after $15 (see dedupSince), which bounds the partitions probed. The
-	// affected row count is the number of new findings.
-	//
-	// The stored IDs are looked up first, once, with the whole ID array on
-	// the primary key or the node's timeline, in the partitions from $15 to
-	// $16 (now + DedupClockSkew: another replica's clock may be ahead, but
-	// the partitions created days ahead are empty) only, not as an anti-join
-	// the planner may turn into a scan of every partition.
-	sqlInsertFindings = `
-INSERT INTO findings (id, cluster, node, boot_id, detector, gpu_pci, device_pci, xid, count,
-                      attrs, evidence, seq, observed_at, received_at)
-SELECT u.id, $1, $2, u.boot_id, u.detector, u.gpu_pci, u.device_pci, u.xid, u.count,
-       u.attrs, u.evidence, u.seq, u.observed_at, $3
-FROM unnest($4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::int[], $10::int[],
-            $11::jsonb[], $12::jsonb[], $13::bigint[], $14::timestamptz[])
-     AS u(id, boot_id, detector, gpu_pci, device_pci, xid, count, attrs, evidence, seq, observed_at)
-WHERE u.id <> ALL (ARRAY(
-    SELECT f.id FROM findings f
-    WHERE f.cluster = $1 AND f.node = $2 AND f.id = ANY ($4::text[])
-      AND f.received_at >= $15::timestamptz AND f.received_at <= $16::timestamptz))`
+	// sqlStoredFindings returns the ordinals (1-based) of the keys (cluster,
+	// node, id) already stored, each probed only in the partitions its first
+	// copy can be in: received_at from since (dedupSince) to until (the
+	// report's now + DedupClockSkew: another replica's clock may be ahead,
+	// but the partitions created days ahead are empty). The LATERAL ... LIMIT
+	// 1 cannot be flattened into a join, so the plan is pinned whatever the
+	// statistics: for each key, one primary key probe (id, cluster, node,
+	// received_at range) per partition left after run-time pruning on the
+	// key's bounds. A hash or merge join over the partitions, which the
+	// planner chose for an anti-join on id = ANY (docs/scale.md "Group
+	// commit"), cannot happen. The cluster and node are compared with IS
+	// NOT DISTINCT FROM (the same as = on these NOT NULL columns), which no
+	// index can serve: otherwise the planner may take the timeline index
+	// findings_node_happened_idx, whose (cluster, node) prefix matches but
+	// whose id comes after the time, and read every finding of the node in
+	// the partition for each key.
+	sqlStoredFindings = `
+SELECT k.ord FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::timestamptz[])
+     WITH ORDINALITY AS k(cluster, node, id, since, until, ord)
+CROSS JOIN LATERAL (
+    SELECT 1 FROM findings f
+    WHERE f.id = k.id AND f.received_at >= k.since AND f.received_at <= k.until
+      AND (f.cluster, f.node) IS NOT DISTINCT FROM (k.cluster, k.node)
+    LIMIT 1) stored`
 
 	findingCols = `id, node, boot_id, detector, gpu_pci, device_pci, xid, count, attrs, evidence, seq, observed_at`
 
@@ -120,7 +100,7 @@ ORDER BY want.ord, received_at`
 // no report can freeze a node's facts.
 const MaxClockSkew = 5 * time.Minute
 
-// nodeNewer is spliced into sqlUpsertNodeFromReport: whether the incoming
+// nodeNewer is spliced into sqlNodeConflict: whether the incoming
 // report is at least as new as the newest applied (by the agent's SentAt; a
 // report without SentAt always applies), or the newest applied claims a
 // SentAt more than MaxClockSkew ahead of this write's clock (excluded.last_seen
@@ -159,12 +139,14 @@ type IngestResult struct {
 	Changed bool
 }
 
-// IngestReport stores one agent Report atomically in one round trip to
-// PostgreSQL (a pipelined batch of three or four statements in an implicit
-// transaction): it creates the cluster row the first time this Store sees
-// the cluster, takes the node's lock, upserts the node's agent
-// facts (boot ID, last_seen = now, heartbeat, driver/kernel/agent version
-// when given) and inserts the findings. Findings are unique per (cluster,
+// IngestReport stores one agent Report atomically in one transaction: it
+// creates the cluster row the first time this Store sees the cluster, takes
+// the node's lock, upserts the node's agent facts (boot ID, last_seen = now,
+// heartbeat, driver/kernel/agent version when given) and inserts the
+// findings (a report without findings: one round trip, a pipelined batch in
+// an implicit transaction; with findings: BEGIN, that batch with the lookup
+// of the stored findings, one COPY of the new ones, COMMIT; writeGroup in
+// groupcommit.go). Findings are unique per (cluster,
 // node, id): one already stored for this node (a resent report) is skipped,
 // so a resent report is harmless, while another node's finding with the
 // same ID is stored. Either all of the report is stored or none of it (a
@@ -198,7 +180,6 @@ func (s *Store) IngestReport(ctx context.Context, r finding.Report, now time.Tim
 			return IngestResult{}, err
 		}
 	}
-	ids := rows.ids
 	var err error
 	var hb []byte
 	kernel := ""
@@ -211,73 +192,45 @@ func (s *Store) IngestReport(ctx context.Context, r finding.Report, now time.Tim
 		}
 		kernel = r.Heartbeat.KernelVersion
 	}
+	nr := &nodeReport{cluster: r.Cluster, node: r.Node, boot: r.BootID, driver: driver,
+		kernel: kernel, agent: r.AgentVersion, heartbeat: hb, sentAt: nullTime(r.SentAt), now: now, findings: rows}
 
 	_, knownCluster := s.clusters.Load(r.Cluster)
 	if knownCluster && s.groups != nil {
-		res, err := s.groups.submit(ctx, &nodeReport{cluster: r.Cluster, node: r.Node, boot: r.BootID, driver: driver,
-			kernel: kernel, agent: r.AgentVersion, heartbeat: hb, sentAt: nullTime(r.SentAt), now: now, findings: rows})
+		res, err := s.groups.submit(ctx, nr)
 		if err != nil {
 			return IngestResult{}, errorf(err, "ingest report from %s/%s", r.Cluster, r.Node)
 		}
 		return IngestResult{Changed: res.changed, Inserted: res.inserted}, nil
 	}
 	// The first report of a cluster this Store has not seen: alone, with
-	// the cluster row.
-	b := &pgx.Batch{}
-	if !knownCluster {
-		b.Queue(sqlEnsureCluster, r.Cluster, now)
-	}
-	b.Queue(sqlLockNode, r.Cluster, r.Node)
-	b.Queue(upsertNodeSQL, r.Cluster, r.Node, r.BootID, driver, kernel, r.AgentVersion, hb, now, nullTime(r.SentAt))
-	if len(ids) > 0 {
-		rows.queue(b, r.Cluster, r.Node)
-	}
-	var res IngestResult
-	err = func() error {
-		br := s.pool.SendBatch(ctx, b)
-		defer br.Close()
-		for range 2 - btoi(knownCluster) {
-			if _, err := br.Exec(); err != nil {
-				return err
-			}
-		}
-		if err := br.QueryRow().Scan(&res.Changed); err != nil {
-			return err
-		}
-		if len(ids) > 0 {
-			tag, err := br.Exec()
-			if err != nil {
-				return err
-			}
-			res.Inserted = int(tag.RowsAffected())
-		}
-		return br.Close()
-	}()
+	// the cluster row, in the same transaction.
+	res, err := s.writeGroup(ctx, []*nodeReport{nr}, !knownCluster)
 	if err != nil {
 		return IngestResult{}, errorf(err, "ingest report from %s/%s", r.Cluster, r.Node)
 	}
 	s.clusters.Store(r.Cluster, true) // cluster rows are never deleted
-	return res, nil
+	return IngestResult{Changed: res[0].changed, Inserted: res[0].inserted}, nil
 }
 
-// findingRows are the columns of findings to insert for one node, as
-// sqlInsertFindings takes them.
+// findingRows are the findings of one report (or of one node of a job
+// report) to insert, column by column.
 type findingRows struct {
-	now                                          time.Time
+	now                                          time.Time // received_at
 	ids, bootIDs, detectors, gpuPCIs, devicePCIs []string
 	xids, counts                                 []int32
 	attrs, evidence                              [][]byte
 	seqs                                         []int64
 	observed                                     []*time.Time
+	sinces                                       []time.Time // per finding: dedupSince
 	seen                                         map[string]bool
-	since                                        time.Time
 }
 
 func newFindingRows(n int, now time.Time) *findingRows {
-	return &findingRows{now: now, since: now, seen: make(map[string]bool, n),
+	return &findingRows{now: now, seen: make(map[string]bool, n),
 		ids: make([]string, 0, n), bootIDs: make([]string, 0, n), detectors: make([]string, 0, n), gpuPCIs: make([]string, 0, n),
 		devicePCIs: make([]string, 0, n), xids: make([]int32, 0, n), counts: make([]int32, 0, n), attrs: make([][]byte, 0, n),
-		evidence: make([][]byte, 0, n), seqs: make([]int64, 0, n), observed: make([]*time.Time, 0, n)}
+		evidence: make([][]byte, 0, n), seqs: make([]int64, 0, n), observed: make([]*time.Time, 0, n), sinces: make([]time.Time, 0, n)}
 }
 
 // add appends f (its boot ID, else boot), once per ID; an error wraps
@@ -307,14 +260,126 @@ func (w *findingRows) add(f finding.Finding, boot string) error {
 	w.ids, w.detectors, w.gpuPCIs, w.devicePCIs = append(w.ids, f.ID), append(w.detectors, f.Detector), append(w.gpuPCIs, f.GPUPCI), append(w.devicePCIs, f.DevicePCI)
 	w.bootIDs, w.xids, w.counts, w.seqs = append(w.bootIDs, boot), append(w.xids, int32(f.Xid)), append(w.counts, int32(f.Count)), append(w.seqs, int64(f.Seq))
 	w.observed, w.attrs, w.evidence = append(w.observed, nullTime(f.Time)), append(w.attrs, a), append(w.evidence, e)
-	w.since = earliest(w.since, dedupSince(f.Time, w.now))
+	w.sinces = append(w.sinces, dedupSince(f.Time, w.now))
 	return nil
 }
 
-// queue queues the insert of the rows as findings of cluster/node.
-func (w *findingRows) queue(b *pgx.Batch, cluster, node string) {
-	b.Queue(sqlInsertFindings, cluster, node, w.now, w.ids, w.bootIDs, w.detectors, w.gpuPCIs, w.devicePCIs, w.xids, w.counts,
-		w.attrs, w.evidence, w.seqs, w.observed, w.since, w.now.Add(DedupClockSkew))
+// findingCopyColumns are the columns findingInsert.copy writes, in the
+// order of its row values.
+var findingCopyColumns = []string{"id", "cluster", "node", "boot_id", "detector", "gpu_pci", "device_pci",
+	"xid", "count", "attrs", "evidence", "seq", "observed_at", "received_at"}
+
+// findingInsert inserts the findings of several nodes (each node once) in
+// the transaction that holds their node locks (sqlLockNodes, groupcommit.go):
+// one lookup of the stored ones for all of them (sqlStoredFindings, queued
+// in the batch that takes the locks), then one binary COPY of the others
+// into findings (PostgreSQL routes each row to its day's partition). The
+// locks make the pair atomic for these nodes: no other report of theirs,
+// from this replica or another, is written between the lookup and the
+// COPY, and the lock statement comes first in the transaction, so the
+// lookup sees every finding committed before. This is the one duplicate
+// check of every write path (IngestReport, grouped or alone, and
+// IngestJobFindings).
+type findingInsert struct {
+	sets   []findingSet
+	total  int
+	stored []bool // per finding of all sets, in order: found by the lookup
+}
+
+type findingSet struct {
+	cluster, node string
+	rows          *findingRows
+	first         int // index of its first finding in stored
+}
+
+// add adds the rows of cluster/node; it returns the set's index.
+func (w *findingInsert) add(cluster, node string, rows *findingRows) int {
+	w.sets = append(w.sets, findingSet{cluster: cluster, node: node, rows: rows, first: w.total})
+	w.total += len(rows.ids)
+	return len(w.sets) - 1
+}
+
+// queueLookup queues sqlStoredFindings for every finding added; readLookup
+// reads its result in the same order.
+func (w *findingInsert) queueLookup(b *pgx.Batch) {
+	clusters, nodes, ids := make([]string, 0, w.total), make([]string, 0, w.total), make([]string, 0, w.total)
+	sinces, untils := make([]time.Time, 0, w.total), make([]time.Time, 0, w.total)
+	for _, set := range w.sets {
+		until := set.rows.now.Add(DedupClockSkew)
+		for i, id := range set.rows.ids {
+			clusters, nodes, ids = append(clusters, set.cluster), append(nodes, set.node), append(ids, id)
+			sinces, untils = append(sinces, set.rows.sinces[i]), append(untils, until)
+		}
+	}
+	b.Queue(sqlStoredFindings, clusters, nodes, ids, sinces, untils)
+}
+
+func (w *findingInsert) readLookup(br pgx.BatchResults) error {
+	w.stored = make([]bool, w.total)
+	rows, err := br.Query()
+	if err != nil {
+		return err
+	}
+	var ord int64
+	_, err = pgx.ForEachRow(rows, []any{&ord}, func() error {
+		if ord < 1 || ord > int64(w.total) {
+			return errors.New("look up stored findings: an ordinal out of range")
+		}
+		w.stored[ord-1] = true
+		return nil
+	})
+	return err
+}
+
+// copy writes the findings the lookup did not find, in one COPY.
+func (w *findingInsert) copy(ctx context.Context, tx pgx.Tx) error {
+	n := 0
+	for _, st := range w.stored {
+		if !st {
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	set, i, k := 0, 0, 0 // the next finding: w.sets[set].rows row i, flat index k
+	row := make([]any, len(findingCopyColumns))
+	src := pgx.CopyFromFunc(func() ([]any, error) {
+		for ; set < len(w.sets); set, i = set+1, 0 {
+			s := w.sets[set]
+			r := s.rows
+			for ; i < len(r.ids); i, k = i+1, k+1 {
+				if w.stored[k] {
+					continue
+				}
+				row[0], row[1], row[2], row[3], row[4], row[5], row[6] = r.ids[i], s.cluster, s.node, r.bootIDs[i], r.detectors[i], r.gpuPCIs[i], r.devicePCIs[i]
+				row[7], row[8], row[9], row[10], row[11], row[12], row[13] = r.xids[i], r.counts[i], r.attrs[i], r.evidence[i], r.seqs[i], r.observed[i], r.now
+				i, k = i+1, k+1
+				return row, nil
+			}
+		}
+		return nil, nil
+	})
+	got, err := tx.CopyFrom(ctx, pgx.Identifier{"findings"}, findingCopyColumns, src)
+	if err != nil {
+		return err
+	}
+	if got != int64(n) {
+		return fmt.Errorf("copy findings: %d rows copied, want %d", got, n)
+	}
+	return nil
+}
+
+// inserted is how many findings of set i were new (after readLookup).
+func (w *findingInsert) inserted(i int) int {
+	s := w.sets[i]
+	n := 0
+	for _, st := range w.stored[s.first : s.first+len(s.rows.ids)] {
+		if !st {
+			n++
+		}
+	}
+	return n
 }
 
 // dedupSince is the earliest received_at the first copy of a finding
@@ -332,15 +397,6 @@ func earliest(a, b time.Time) time.Time {
 	}
 	return b
 }
-
-func btoi(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}
-
-var upsertNodeSQL = nodeUpsert(sqlUpsertNodeFromReport)
 
 // nodeUpsert completes a node upsert statement with the shared conflict
 // clause and change test.

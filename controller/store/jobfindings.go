@@ -52,41 +52,47 @@ func (s *Store) IngestJobFindings(ctx context.Context, cluster string, fs []find
 	}
 	// Lock order: the advisory lock keys, as sqlLockNodes takes them.
 	sort.Strings(nodes)
-	var res JobIngestResult
+	var (
+		res JobIngestResult
+		ins findingInsert
+	)
+	clusters := make([]string, len(nodes))
+	for i, n := range nodes {
+		clusters[i] = cluster
+		ins.add(cluster, n, byNode[n])
+	}
+	_, known := s.clusters.Load(cluster)
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, known := s.clusters.Load(cluster); !known {
-			if _, err := tx.Exec(ctx, sqlEnsureCluster, cluster, now); err != nil {
+		b := &pgx.Batch{}
+		if !known {
+			b.Queue(sqlEnsureCluster, cluster, now)
+		}
+		b.Queue(sqlLockNodes, clusters, nodes)
+		ins.queueLookup(b)
+		br := tx.SendBatch(ctx, b)
+		defer br.Close()
+		for range 1 + btoi(!known) {
+			if _, err := br.Exec(); err != nil {
 				return err
 			}
 		}
-		clusters := make([]string, len(nodes))
-		for i := range clusters {
-			clusters[i] = cluster
-		}
-		if _, err := tx.Exec(ctx, sqlLockNodes, clusters, nodes); err != nil {
+		if err := ins.readLookup(br); err != nil {
 			return err
 		}
-		b := &pgx.Batch{}
-		for _, n := range nodes {
-			byNode[n].queue(b, cluster, n)
+		if err := br.Close(); err != nil {
+			return err
 		}
-		br := tx.SendBatch(ctx, b)
-		for _, n := range nodes {
-			tag, err := br.Exec()
-			if err != nil {
-				br.Close()
-				return err
-			}
-			if k := int(tag.RowsAffected()); k > 0 {
-				res.Inserted += k
-				res.Nodes = append(res.Nodes, n)
-			}
-		}
-		return br.Close()
+		return ins.copy(ctx, tx)
 	})
 	if err != nil {
 		return JobIngestResult{}, errorf(err, "ingest job findings of cluster %s", cluster)
 	}
 	s.clusters.Store(cluster, true)
+	for i, n := range nodes {
+		if k := ins.inserted(i); k > 0 {
+			res.Inserted += k
+			res.Nodes = append(res.Nodes, n)
+		}
+	}
 	return res, nil
 }
