@@ -164,37 +164,10 @@ type IngestResult struct {
 // first of findings repeating an ID within the report. The driver version
 // comes from the heartbeat, else from a driver-version finding.
 func (s *Store) IngestReport(ctx context.Context, r finding.Report, now time.Time) (IngestResult, error) {
-	if r.Cluster == "" || r.Node == "" {
-		return IngestResult{}, invalidf("ingest report: cluster and node are required")
+	nr, err := newNodeReport(r, now)
+	if err != nil {
+		return IngestResult{}, err
 	}
-	rows := newFindingRows(len(r.Findings), now)
-	driver := ""
-	for _, f := range r.Findings {
-		if f.Node != "" && f.Node != r.Node {
-			return IngestResult{}, invalidf("ingest report: finding %s is for node %q, not the report's node %q", f.ID, f.Node, r.Node)
-		}
-		if f.Detector == finding.DetectorDriverVersion && f.Attr(finding.AttrValue) != "" {
-			driver = f.Attr(finding.AttrValue)
-		}
-		if err := rows.add(f, r.BootID); err != nil {
-			return IngestResult{}, err
-		}
-	}
-	var err error
-	var hb []byte
-	kernel := ""
-	if r.Heartbeat != nil {
-		if hb, err = json.Marshal(r.Heartbeat); err != nil {
-			return IngestResult{}, invalidf("ingest report: encode heartbeat")
-		}
-		if r.Heartbeat.DriverVersion != "" {
-			driver = r.Heartbeat.DriverVersion
-		}
-		kernel = r.Heartbeat.KernelVersion
-	}
-	nr := &nodeReport{cluster: r.Cluster, node: r.Node, boot: r.BootID, driver: driver,
-		kernel: kernel, agent: r.AgentVersion, heartbeat: hb, sentAt: nullTime(r.SentAt), now: now, findings: rows}
-
 	_, knownCluster := s.clusters.Load(r.Cluster)
 	if knownCluster && s.groups != nil {
 		res, err := s.groups.submit(ctx, nr)
@@ -211,6 +184,44 @@ func (s *Store) IngestReport(ctx context.Context, r finding.Report, now time.Tim
 	}
 	s.clusters.Store(r.Cluster, true) // cluster rows are never deleted
 	return IngestResult{Changed: res[0].changed, Inserted: res[0].inserted}, nil
+}
+
+// newNodeReport converts r into the rows IngestReport writes; an error wraps
+// ErrInvalid (no cluster or node, a finding of another node, a value no
+// column holds).
+func newNodeReport(r finding.Report, now time.Time) (*nodeReport, error) {
+	if r.Cluster == "" || r.Node == "" {
+		return nil, invalidf("ingest report: cluster and node are required")
+	}
+	rows := newFindingRows(len(r.Findings), now)
+	driver := ""
+	for _, f := range r.Findings {
+		if f.Node != "" && f.Node != r.Node {
+			return nil, invalidf("ingest report: finding %s is for node %q, not the report's node %q", f.ID, f.Node, r.Node)
+		}
+		if f.Detector == finding.DetectorDriverVersion && f.Attr(finding.AttrValue) != "" {
+			driver = f.Attr(finding.AttrValue)
+		}
+		if err := rows.add(f, r.BootID); err != nil {
+			return nil, err
+		}
+	}
+	var (
+		hb  []byte
+		err error
+	)
+	kernel := ""
+	if r.Heartbeat != nil {
+		if hb, err = json.Marshal(r.Heartbeat); err != nil {
+			return nil, invalidf("ingest report: encode heartbeat")
+		}
+		if r.Heartbeat.DriverVersion != "" {
+			driver = r.Heartbeat.DriverVersion
+		}
+		kernel = r.Heartbeat.KernelVersion
+	}
+	return &nodeReport{cluster: r.Cluster, node: r.Node, boot: r.BootID, driver: driver,
+		kernel: kernel, agent: r.AgentVersion, heartbeat: hb, sentAt: nullTime(r.SentAt), now: now, findings: rows}, nil
 }
 
 // findingRows are the findings of one report (or of one node of a job
