@@ -48,30 +48,46 @@ ON CONFLICT (name) DO NOTHING`
       AND (o.boot_id, o.driver_version, o.kernel_version, o.agent_version, o.heartbeat)
           IS NOT DISTINCT FROM (n.boot_id, n.driver_version, n.kernel_version, n.agent_version, n.heartbeat))`
 
-	// sqlStoredFindings returns the ordinals (1-based) of the keys (cluster,
-	// node, id) already stored, each probed only in the partitions its first
-	// copy can be in: received_at from since (dedupSince) to until (the
-	// report's now + DedupClockSkew: another replica's clock may be ahead,
-	// but the partitions created days ahead are empty). The LATERAL ... LIMIT
-	// 1 cannot be flattened into a join, so the plan is pinned whatever the
-	// statistics: for each key, one primary key probe (id, cluster, node,
-	// received_at range) per partition left after run-time pruning on the
-	// key's bounds. A hash or merge join over the partitions, which the
-	// planner chose for an anti-join on id = ANY (docs/scale.md "Group
-	// commit"), cannot happen. The cluster and node are compared with IS
-	// NOT DISTINCT FROM (the same as = on these NOT NULL columns), which no
-	// index can serve: otherwise the planner may take the timeline index
+	// sqlInsertNewFindings inserts the findings of a group (rows of several
+	// nodes, each node once) that are not stored yet, and returns per node
+	// how many it inserted. Findings are unique per (cluster, node, id); the
+	// first copy of a resent finding was received from since (dedupSince,
+	// per row) to the row's received_at + $16 (DedupClockSkew: another
+	// replica's clock may be ahead, but the partitions created days ahead
+	// are empty), which bounds the partitions probed.
+	//
+	// The duplicate check is a correlated scalar subquery, which PostgreSQL
+	// never pulls up into a join, so the plan is pinned whatever the
+	// statistics: per row, one primary key probe (id, received_at range) in
+	// each partition left after run-time pruning on the row's bounds. A
+	// hash or merge anti-join over the partitions, which the planner chose
+	// for earlier forms of this check (docs/scale.md, "Group commit"),
+	// cannot happen. The cluster and node are compared with IS NOT DISTINCT
+	// FROM (the same as = on these NOT NULL columns), which no index can
+	// serve: otherwise the planner may take the timeline index
 	// findings_node_happened_idx, whose (cluster, node) prefix matches but
 	// whose id comes after the time, and read every finding of the node in
-	// the partition for each key.
-	sqlStoredFindings = `
-SELECT k.ord FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::timestamptz[])
-     WITH ORDINALITY AS k(cluster, node, id, since, until, ord)
-CROSS JOIN LATERAL (
-    SELECT 1 FROM findings f
-    WHERE f.id = k.id AND f.received_at >= k.since AND f.received_at <= k.until
-      AND (f.cluster, f.node) IS NOT DISTINCT FROM (k.cluster, k.node)
-    LIMIT 1) stored`
+	// the partition for each row. The subquery reads the statement's
+	// snapshot: it does not see the rows this statement inserts, which
+	// cannot collide (one report per node, one row per ID).
+	sqlInsertNewFindings = `
+WITH ins AS (
+    INSERT INTO findings (id, cluster, node, boot_id, detector, gpu_pci, device_pci, xid, count,
+                          attrs, evidence, seq, observed_at, received_at)
+    SELECT u.id, u.cluster, u.node, u.boot_id, u.detector, u.gpu_pci, u.device_pci, u.xid, u.count,
+           u.attrs, u.evidence, u.seq, u.observed_at, u.received_at
+    FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
+                $8::int[], $9::int[], $10::jsonb[], $11::jsonb[], $12::bigint[], $13::timestamptz[],
+                $14::timestamptz[], $15::timestamptz[])
+         AS u(id, cluster, node, boot_id, detector, gpu_pci, device_pci, xid, count, attrs, evidence, seq,
+              observed_at, received_at, since)
+    WHERE (SELECT count(*) FROM (
+               SELECT 1 FROM findings f
+               WHERE f.id = u.id AND f.received_at >= u.since AND f.received_at <= u.received_at + $16::interval
+                 AND (f.cluster, f.node) IS NOT DISTINCT FROM (u.cluster, u.node)
+               LIMIT 1) stored) = 0
+    RETURNING cluster, node)
+SELECT cluster, node, count(*) FROM ins GROUP BY cluster, node`
 
 	findingCols = `id, node, boot_id, detector, gpu_pci, device_pci, xid, count, attrs, evidence, seq, observed_at`
 
@@ -143,10 +159,8 @@ type IngestResult struct {
 // creates the cluster row the first time this Store sees the cluster, takes
 // the node's lock, upserts the node's agent facts (boot ID, last_seen = now,
 // heartbeat, driver/kernel/agent version when given) and inserts the
-// findings (a report without findings: one round trip, a pipelined batch in
-// an implicit transaction; with findings: BEGIN, that batch with the lookup
-// of the stored findings, one COPY of the new ones, COMMIT; writeGroup in
-// groupcommit.go). Findings are unique per (cluster,
+// findings: one round trip, a pipelined batch in an implicit transaction
+// (writeGroup, groupcommit.go). Findings are unique per (cluster,
 // node, id): one already stored for this node (a resent report) is skipped,
 // so a resent report is harmless, while another node's finding with the
 // same ID is stored. Either all of the report is stored or none of it (a
@@ -275,123 +289,81 @@ func (w *findingRows) add(f finding.Finding, boot string) error {
 	return nil
 }
 
-// findingCopyColumns are the columns findingInsert.copy writes, in the
-// order of its row values.
-var findingCopyColumns = []string{"id", "cluster", "node", "boot_id", "detector", "gpu_pci", "device_pci",
-	"xid", "count", "attrs", "evidence", "seq", "observed_at", "received_at"}
-
 // findingInsert inserts the findings of several nodes (each node once) in
-// the transaction that holds their node locks (sqlLockNodes, groupcommit.go):
-// one lookup of the stored ones for all of them (sqlStoredFindings, queued
-// in the batch that takes the locks), then one binary COPY of the others
-// into findings (PostgreSQL routes each row to its day's partition). The
-// locks make the pair atomic for these nodes: no other report of theirs,
-// from this replica or another, is written between the lookup and the
-// COPY, and the lock statement comes first in the transaction, so the
-// lookup sees every finding committed before. This is the one duplicate
-// check of every write path (IngestReport, grouped or alone, and
-// IngestJobFindings).
+// one statement (sqlInsertNewFindings) of the transaction that holds their
+// node locks (sqlLockNodes, groupcommit.go), queued after the lock
+// statement in the same pipelined batch: no other report of these nodes,
+// from this replica or another, is written between the duplicate check and
+// the insert, and the check sees every finding committed before. This is
+// the one duplicate check of every write path (IngestReport, grouped or
+// alone, and IngestJobFindings).
 type findingInsert struct {
 	sets   []findingSet
 	total  int
-	stored []bool // per finding of all sets, in order: found by the lookup
+	counts []int // per set: inserted (readInsert)
 }
 
 type findingSet struct {
 	cluster, node string
 	rows          *findingRows
-	first         int // index of its first finding in stored
 }
 
 // add adds the rows of cluster/node; it returns the set's index.
 func (w *findingInsert) add(cluster, node string, rows *findingRows) int {
-	w.sets = append(w.sets, findingSet{cluster: cluster, node: node, rows: rows, first: w.total})
+	w.sets = append(w.sets, findingSet{cluster: cluster, node: node, rows: rows})
 	w.total += len(rows.ids)
 	return len(w.sets) - 1
 }
 
-// queueLookup queues sqlStoredFindings for every finding added; readLookup
-// reads its result in the same order.
-func (w *findingInsert) queueLookup(b *pgx.Batch) {
-	clusters, nodes, ids := make([]string, 0, w.total), make([]string, 0, w.total), make([]string, 0, w.total)
-	sinces, untils := make([]time.Time, 0, w.total), make([]time.Time, 0, w.total)
+// queue queues sqlInsertNewFindings for every finding added; read reads
+// its result.
+func (w *findingInsert) queue(b *pgx.Batch) {
+	n := w.total
+	ids, clusters, nodes, boots := make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
+	detectors, gpus, devices := make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
+	xids, counts := make([]int32, 0, n), make([]int32, 0, n)
+	attrs, evidence, seqs := make([][]byte, 0, n), make([][]byte, 0, n), make([]int64, 0, n)
+	observed, received, sinces := make([]*time.Time, 0, n), make([]time.Time, 0, n), make([]time.Time, 0, n)
 	for _, set := range w.sets {
-		until := set.rows.now.Add(DedupClockSkew)
-		for i, id := range set.rows.ids {
-			clusters, nodes, ids = append(clusters, set.cluster), append(nodes, set.node), append(ids, id)
-			sinces, untils = append(sinces, set.rows.sinces[i]), append(untils, until)
+		r := set.rows
+		for range r.ids {
+			clusters, nodes, received = append(clusters, set.cluster), append(nodes, set.node), append(received, r.now)
 		}
+		ids, boots, detectors, gpus, devices = append(ids, r.ids...), append(boots, r.bootIDs...), append(detectors, r.detectors...), append(gpus, r.gpuPCIs...), append(devices, r.devicePCIs...)
+		xids, counts, attrs, evidence = append(xids, r.xids...), append(counts, r.counts...), append(attrs, r.attrs...), append(evidence, r.evidence...)
+		seqs, observed, sinces = append(seqs, r.seqs...), append(observed, r.observed...), append(sinces, r.sinces...)
 	}
-	b.Queue(sqlStoredFindings, clusters, nodes, ids, sinces, untils)
+	b.Queue(sqlInsertNewFindings, ids, clusters, nodes, boots, detectors, gpus, devices, xids, counts, attrs, evidence,
+		seqs, observed, received, sinces, DedupClockSkew)
 }
 
-func (w *findingInsert) readLookup(br pgx.BatchResults) error {
-	w.stored = make([]bool, w.total)
+func (w *findingInsert) read(br pgx.BatchResults) error {
+	w.counts = make([]int, len(w.sets))
+	index := make(map[[2]string]int, len(w.sets))
+	for i, set := range w.sets {
+		index[[2]string{set.cluster, set.node}] = i
+	}
 	rows, err := br.Query()
 	if err != nil {
 		return err
 	}
-	var ord int64
-	_, err = pgx.ForEachRow(rows, []any{&ord}, func() error {
-		if ord < 1 || ord > int64(w.total) {
-			return errors.New("look up stored findings: an ordinal out of range")
+	var (
+		c, node string
+		n       int
+	)
+	_, err = pgx.ForEachRow(rows, []any{&c, &node, &n}, func() error {
+		i, ok := index[[2]string{c, node}]
+		if !ok {
+			return errors.New("insert findings: a count for a node not in the group")
 		}
-		w.stored[ord-1] = true
+		w.counts[i] = n
 		return nil
 	})
 	return err
 }
 
-// copy writes the findings the lookup did not find, in one COPY.
-func (w *findingInsert) copy(ctx context.Context, tx pgx.Tx) error {
-	n := 0
-	for _, st := range w.stored {
-		if !st {
-			n++
-		}
-	}
-	if n == 0 {
-		return nil
-	}
-	set, i, k := 0, 0, 0 // the next finding: w.sets[set].rows row i, flat index k
-	row := make([]any, len(findingCopyColumns))
-	src := pgx.CopyFromFunc(func() ([]any, error) {
-		for ; set < len(w.sets); set, i = set+1, 0 {
-			s := w.sets[set]
-			r := s.rows
-			for ; i < len(r.ids); i, k = i+1, k+1 {
-				if w.stored[k] {
-					continue
-				}
-				row[0], row[1], row[2], row[3], row[4], row[5], row[6] = r.ids[i], s.cluster, s.node, r.bootIDs[i], r.detectors[i], r.gpuPCIs[i], r.devicePCIs[i]
-				row[7], row[8], row[9], row[10], row[11], row[12], row[13] = r.xids[i], r.counts[i], r.attrs[i], r.evidence[i], r.seqs[i], r.observed[i], r.now
-				i, k = i+1, k+1
-				return row, nil
-			}
-		}
-		return nil, nil
-	})
-	got, err := tx.CopyFrom(ctx, pgx.Identifier{"findings"}, findingCopyColumns, src)
-	if err != nil {
-		return err
-	}
-	if got != int64(n) {
-		return fmt.Errorf("copy findings: %d rows copied, want %d", got, n)
-	}
-	return nil
-}
-
-// inserted is how many findings of set i were new (after readLookup).
-func (w *findingInsert) inserted(i int) int {
-	s := w.sets[i]
-	n := 0
-	for _, st := range w.stored[s.first : s.first+len(s.rows.ids)] {
-		if !st {
-			n++
-		}
-	}
-	return n
-}
+// inserted is how many findings of set i were new (after read).
+func (w *findingInsert) inserted(i int) int { return w.counts[i] }
 
 // dedupSince is the earliest received_at the first copy of a finding
 // observed at observed (zero: unknown), arriving at now, can have.

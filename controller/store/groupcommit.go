@@ -14,10 +14,10 @@ import (
 // reports with findings alike) are written in groups: each of a few writer
 // goroutines takes the reports waiting when it is free, up to
 // maxReportGroup reports of distinct nodes and maxGroupFindings findings,
-// and writes them in one transaction (writeGroup): one lock statement for
-// every node of the group, one multi-row upsert of the nodes and one lookup
-// of the group's findings already stored, pipelined in one round trip, then
-// one COPY of the group's new findings. Each report is answered only
+// and writes them in one round trip and one transaction (writeGroup): one
+// lock statement for every node of the group, one multi-row upsert of the
+// nodes and one insert of the group's new findings with its duplicate
+// check, pipelined. Each report is answered only
 // after that transaction committed, with its own Changed and Inserted, the
 // same as written alone. Under load the groups grow on their own (more
 // reports arrive while a group is written); alone, a report waits for
@@ -44,7 +44,7 @@ const (
 	// of the node upsert compares with the latest facts, and the duplicate
 	// check of findingInsert (findings.go) sees every finding stored before
 	// and nothing can be inserted for the node between that check and the
-	// COPY. Reports of different nodes do not wait on each other (a 64-bit
+	// insert. Reports of different nodes do not wait on each other (a 64-bit
 	// hash; a collision only serializes two nodes). A row lock would not
 	// do: a node's first reports have no row to lock.
 	sqlLockNodes = `
@@ -226,12 +226,10 @@ func (g *reportGroups) write(group []*nodeReport) {
 // returns, per report, whether the node's facts changed and how many of its
 // findings were new; with ensureCluster it first creates the cluster row of
 // group[0] (the first report of a cluster this Store has not seen, written
-// alone). One pipelined batch takes the node locks, upserts the nodes and,
-// when the group has findings, looks up which are stored already
-// (findingInsert); the new ones then go in one COPY. A group without
-// findings (heartbeats) is that one batch in an implicit transaction, one
-// round trip; with findings the batch runs in an explicit transaction
-// (BEGIN, batch, COPY, COMMIT). Nothing is answered before the commit.
+// alone). It is one pipelined batch in an implicit transaction, one round
+// trip: the node locks, the node upsert and, when the group has findings,
+// one insert of those not stored yet (findingInsert, findings.go). Nothing
+// is answered before the commit.
 func (s *Store) writeGroup(ctx context.Context, group []*nodeReport, ensureCluster bool) ([]nodeResult, error) {
 	n := len(group)
 	var (
@@ -259,62 +257,46 @@ func (s *Store) writeGroup(ctx context.Context, group []*nodeReport, ensureClust
 	b.Queue(sqlLockNodes, clusters, nodes)
 	b.Queue(upsertNodesSQL, clusters, nodes, boots, drivers, kernels, agents, hbs, nows, sent)
 	if ins.total > 0 {
-		ins.queueLookup(b)
+		ins.queue(b)
+	}
+	br := s.pool.SendBatch(ctx, b)
+	defer br.Close()
+	for range 1 + btoi(ensureCluster) {
+		if _, err := br.Exec(); err != nil {
+			return nil, err
+		}
 	}
 	out := make([]nodeResult, n)
-	run := func(q interface {
-		SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
-	}) error {
-		br := q.SendBatch(ctx, b)
-		defer br.Close()
-		for range 1 + btoi(ensureCluster) {
-			if _, err := br.Exec(); err != nil {
-				return err
-			}
-		}
-		var (
-			c, name string
-			changed bool
-			got     int
-		)
-		rows, err := br.Query()
-		if err != nil {
-			return err
-		}
-		_, err = pgx.ForEachRow(rows, []any{&c, &name, &changed}, func() error {
-			i, ok := index[[2]string{c, name}]
-			if !ok {
-				return errors.New("upsert nodes: a row for a node not in the group")
-			}
-			out[i].changed = changed
-			got++
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		if got != n {
-			return errors.New("upsert nodes: fewer rows than reports")
-		}
-		if ins.total > 0 {
-			if err := ins.readLookup(br); err != nil {
-				return err
-			}
-		}
-		return br.Close()
-	}
-	var err error
-	if ins.total == 0 {
-		err = run(s.pool)
-	} else {
-		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-			if err := run(tx); err != nil {
-				return err
-			}
-			return ins.copy(ctx, tx)
-		})
-	}
+	var (
+		c, name string
+		changed bool
+		got     int
+	)
+	rows, err := br.Query()
 	if err != nil {
+		return nil, err
+	}
+	_, err = pgx.ForEachRow(rows, []any{&c, &name, &changed}, func() error {
+		i, ok := index[[2]string{c, name}]
+		if !ok {
+			return errors.New("upsert nodes: a row for a node not in the group")
+		}
+		out[i].changed = changed
+		got++
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if got != n {
+		return nil, errors.New("upsert nodes: fewer rows than reports")
+	}
+	if ins.total > 0 {
+		if err := ins.read(br); err != nil {
+			return nil, err
+		}
+	}
+	if err := br.Close(); err != nil {
 		return nil, err
 	}
 	for i := range group {

@@ -24,8 +24,9 @@ type JobIngestResult struct {
 // come from a job's report (finding.JobReport.Findings), not from the
 // nodes' agents: the nodes' agent facts (boot ID, last seen, heartbeat)
 // are left as they are, and a node no agent has reported yet gets no node
-// row. Findings are deduplicated by ID per node as IngestReport's are, all
-// in one transaction with each node's lock taken in key order. Every
+// row. Findings are deduplicated by ID per node as IngestReport's are
+// (findingInsert), all in one transaction (one pipelined batch) with each
+// node's lock taken in key order. Every
 // finding must name its node. Errors wrap ErrInvalid for values no column
 // holds, ErrUnavailable when PostgreSQL cannot be reached.
 func (s *Store) IngestJobFindings(ctx context.Context, cluster string, fs []finding.Finding, now time.Time) (JobIngestResult, error) {
@@ -62,28 +63,26 @@ func (s *Store) IngestJobFindings(ctx context.Context, cluster string, fs []find
 		ins.add(cluster, n, byNode[n])
 	}
 	_, known := s.clusters.Load(cluster)
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	// One pipelined batch, one implicit transaction (as writeGroup).
+	err := func() error {
 		b := &pgx.Batch{}
 		if !known {
 			b.Queue(sqlEnsureCluster, cluster, now)
 		}
 		b.Queue(sqlLockNodes, clusters, nodes)
-		ins.queueLookup(b)
-		br := tx.SendBatch(ctx, b)
+		ins.queue(b)
+		br := s.pool.SendBatch(ctx, b)
 		defer br.Close()
 		for range 1 + btoi(!known) {
 			if _, err := br.Exec(); err != nil {
 				return err
 			}
 		}
-		if err := ins.readLookup(br); err != nil {
+		if err := ins.read(br); err != nil {
 			return err
 		}
-		if err := br.Close(); err != nil {
-			return err
-		}
-		return ins.copy(ctx, tx)
-	})
+		return br.Close()
+	}()
 	if err != nil {
 		return JobIngestResult{}, errorf(err, "ingest job findings of cluster %s", cluster)
 	}
