@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fleetrepair/fleetrepair/agent/finding"
 )
@@ -48,18 +49,19 @@ ON CONFLICT (name) DO NOTHING`
       AND (o.boot_id, o.driver_version, o.kernel_version, o.agent_version, o.heartbeat)
           IS NOT DISTINCT FROM (n.boot_id, n.driver_version, n.kernel_version, n.agent_version, n.heartbeat))`
 
-	// sqlInsertNewFindings inserts the findings of a group (rows of several
-	// nodes, each node once) that are not stored yet, and returns per node
-	// how many it inserted. Findings are unique per (cluster, node, id); the
-	// first copy of a resent finding was received from since (dedupSince,
-	// per row) to the row's received_at + $16 (DedupClockSkew: another
-	// replica's clock may be ahead, but the partitions created days ahead
-	// are empty), which bounds the partitions probed.
+	// sqlStoredProbe is the duplicate check of every finding insert, for
+	// one row u (id, cluster, node, since, received_at): whether the node
+	// has the finding stored already. Findings are unique per (cluster,
+	// node, id); the first copy of a resent finding was received from since
+	// (dedupSince, per row) to the row's received_at + {{skew}}
+	// (DedupClockSkew: another replica's clock may be ahead, but the
+	// partitions created days ahead are empty), which bounds the partitions
+	// probed.
 	//
-	// The duplicate check is a correlated scalar subquery, which PostgreSQL
-	// never pulls up into a join, so the plan is pinned whatever the
-	// statistics: per row, one primary key probe (id, received_at range) in
-	// each partition left after run-time pruning on the row's bounds. A
+	// It is correlated (a scalar subquery or LATERAL ... LIMIT 1, which
+	// PostgreSQL never pulls up into a join), so the plan is pinned whatever
+	// the statistics: per row, one primary key probe (id, received_at range)
+	// in each partition left after run-time pruning on the row's bounds. A
 	// hash or merge anti-join over the partitions, which the planner chose
 	// for earlier forms of this check (docs/scale.md, "Group commit"),
 	// cannot happen. The cluster and node are compared with IS NOT DISTINCT
@@ -67,7 +69,16 @@ ON CONFLICT (name) DO NOTHING`
 	// serve: otherwise the planner may take the timeline index
 	// findings_node_happened_idx, whose (cluster, node) prefix matches but
 	// whose id comes after the time, and read every finding of the node in
-	// the partition for each row. The subquery reads the statement's
+	// the partition for each row.
+	sqlStoredProbe = `
+               SELECT 1 FROM findings f
+               WHERE f.id = u.id AND f.received_at >= u.since AND f.received_at <= u.received_at + {{skew}}::interval
+                 AND (f.cluster, f.node) IS NOT DISTINCT FROM (u.cluster, u.node)
+               LIMIT 1`
+
+	// sqlInsertNewFindings inserts the findings of a group (rows of several
+	// nodes, each node once) that sqlStoredProbe does not find, and returns
+	// per node how many it inserted. The probe reads the statement's
 	// snapshot: it does not see the rows this statement inserts, which
 	// cannot collide (one report per node, one row per ID).
 	sqlInsertNewFindings = `
@@ -81,13 +92,16 @@ WITH ins AS (
                 $14::timestamptz[], $15::timestamptz[])
          AS u(id, cluster, node, boot_id, detector, gpu_pci, device_pci, xid, count, attrs, evidence, seq,
               observed_at, received_at, since)
-    WHERE (SELECT count(*) FROM (
-               SELECT 1 FROM findings f
-               WHERE f.id = u.id AND f.received_at >= u.since AND f.received_at <= u.received_at + $16::interval
-                 AND (f.cluster, f.node) IS NOT DISTINCT FROM (u.cluster, u.node)
-               LIMIT 1) stored) = 0
+    WHERE (SELECT count(*) FROM ({{probe16}}) stored) = 0
     RETURNING cluster, node)
 SELECT cluster, node, count(*) FROM ins GROUP BY cluster, node`
+
+	// sqlStoredFindings returns the ordinals (1-based) of the rows that
+	// sqlStoredProbe finds, for the COPY path of findingInsert.
+	sqlStoredFindings = `
+SELECT u.ord FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::timestamptz[])
+     WITH ORDINALITY AS u(id, cluster, node, since, received_at, ord)
+CROSS JOIN LATERAL ({{probe6}}) stored`
 
 	findingCols = `id, node, boot_id, detector, gpu_pci, device_pci, xid, count, attrs, evidence, seq, observed_at`
 
@@ -107,6 +121,12 @@ SELECT DISTINCT ON (want.ord) ` + findingCols + ` FROM findings
 JOIN unnest($3::text[]) WITH ORDINALITY AS want(id, ord) USING (id)
 WHERE cluster = $1 AND node = $2
 ORDER BY want.ord, received_at`
+)
+
+// The finding insert statements with their duplicate check spliced in.
+var (
+	insertNewFindingsSQL = strings.ReplaceAll(sqlInsertNewFindings, "{{probe16}}", strings.ReplaceAll(sqlStoredProbe, "{{skew}}", "$16"))
+	storedFindingsSQL    = strings.ReplaceAll(sqlStoredFindings, "{{probe6}}", strings.ReplaceAll(sqlStoredProbe, "{{skew}}", "$6"))
 )
 
 // MaxClockSkew is how far ahead of the controller's clock an agent's SentAt
@@ -290,35 +310,61 @@ func (w *findingRows) add(f finding.Finding, boot string) error {
 }
 
 // findingInsert inserts the findings of several nodes (each node once) in
-// one statement (sqlInsertNewFindings) of the transaction that holds their
-// node locks (sqlLockNodes, groupcommit.go), queued after the lock
-// statement in the same pipelined batch: no other report of these nodes,
-// from this replica or another, is written between the duplicate check and
-// the insert, and the check sees every finding committed before. This is
-// the one duplicate check of every write path (IngestReport, grouped or
-// alone, and IngestJobFindings).
+// the transaction that holds their node locks (sqlLockNodes,
+// groupcommit.go), queued after the lock statement in the same pipelined
+// batch: no other report of these nodes, from this replica or another, is
+// written between the duplicate check (sqlStoredProbe) and the insert, and
+// the check sees every finding committed before. This is the one duplicate
+// check of every write path (IngestReport, grouped or alone, and
+// IngestJobFindings). Two ways, by size: up to copyMinFindings findings,
+// one statement checks and inserts (sqlInsertNewFindings), in the batch's
+// round trip; from copyMinFindings on, the batch looks the stored ones up
+// (sqlStoredFindings) and one binary COPY writes the others, in the same
+// explicit transaction (fewer CPU per finding in PostgreSQL, two more
+// round trips; docs/scale.md).
 type findingInsert struct {
 	sets   []findingSet
 	total  int
-	counts []int // per set: inserted (readInsert)
+	counts []int  // per set: inserted (read)
+	stored []bool // COPY path: per finding of all sets, in order, found by the lookup
 }
+
+// copyMinFindings is the size from which findingInsert takes the COPY path.
+var copyMinFindings = 256
 
 type findingSet struct {
 	cluster, node string
 	rows          *findingRows
+	first         int // index of its first finding in stored
 }
+
+// useCopy tells whether the findings go in a COPY after a lookup (in an
+// explicit transaction) rather than in one statement.
+func (w *findingInsert) useCopy() bool { return w.total >= copyMinFindings }
 
 // add adds the rows of cluster/node; it returns the set's index.
 func (w *findingInsert) add(cluster, node string, rows *findingRows) int {
-	w.sets = append(w.sets, findingSet{cluster: cluster, node: node, rows: rows})
+	w.sets = append(w.sets, findingSet{cluster: cluster, node: node, rows: rows, first: w.total})
 	w.total += len(rows.ids)
 	return len(w.sets) - 1
 }
 
-// queue queues sqlInsertNewFindings for every finding added; read reads
-// its result.
+// queue queues sqlInsertNewFindings, or on the COPY path
+// sqlStoredFindings, for every finding added; read reads its result.
 func (w *findingInsert) queue(b *pgx.Batch) {
 	n := w.total
+	if w.useCopy() {
+		clusters, nodes, ids := make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
+		sinces, received := make([]time.Time, 0, n), make([]time.Time, 0, n)
+		for _, set := range w.sets {
+			for range set.rows.ids {
+				clusters, nodes, received = append(clusters, set.cluster), append(nodes, set.node), append(received, set.rows.now)
+			}
+			ids, sinces = append(ids, set.rows.ids...), append(sinces, set.rows.sinces...)
+		}
+		b.Queue(storedFindingsSQL, ids, clusters, nodes, sinces, received, DedupClockSkew)
+		return
+	}
 	ids, clusters, nodes, boots := make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
 	detectors, gpus, devices := make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
 	xids, counts := make([]int32, 0, n), make([]int32, 0, n)
@@ -333,11 +379,14 @@ func (w *findingInsert) queue(b *pgx.Batch) {
 		xids, counts, attrs, evidence = append(xids, r.xids...), append(counts, r.counts...), append(attrs, r.attrs...), append(evidence, r.evidence...)
 		seqs, observed, sinces = append(seqs, r.seqs...), append(observed, r.observed...), append(sinces, r.sinces...)
 	}
-	b.Queue(sqlInsertNewFindings, ids, clusters, nodes, boots, detectors, gpus, devices, xids, counts, attrs, evidence,
+	b.Queue(insertNewFindingsSQL, ids, clusters, nodes, boots, detectors, gpus, devices, xids, counts, attrs, evidence,
 		seqs, observed, received, sinces, DedupClockSkew)
 }
 
 func (w *findingInsert) read(br pgx.BatchResults) error {
+	if w.useCopy() {
+		return w.readStored(br)
+	}
 	w.counts = make([]int, len(w.sets))
 	index := make(map[[2]string]int, len(w.sets))
 	for i, set := range w.sets {
@@ -360,6 +409,106 @@ func (w *findingInsert) read(br pgx.BatchResults) error {
 		return nil
 	})
 	return err
+}
+
+// readStored reads the result of sqlStoredFindings and counts, per set,
+// the findings that copy will insert.
+func (w *findingInsert) readStored(br pgx.BatchResults) error {
+	w.stored = make([]bool, w.total)
+	rows, err := br.Query()
+	if err != nil {
+		return err
+	}
+	var ord int64
+	_, err = pgx.ForEachRow(rows, []any{&ord}, func() error {
+		if ord < 1 || ord > int64(w.total) {
+			return errors.New("look up stored findings: an ordinal out of range")
+		}
+		w.stored[ord-1] = true
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	w.counts = make([]int, len(w.sets))
+	for i, set := range w.sets {
+		for _, st := range w.stored[set.first : set.first+len(set.rows.ids)] {
+			if !st {
+				w.counts[i]++
+			}
+		}
+	}
+	return nil
+}
+
+// findingCopyColumns are the columns copy writes, in the order of its row
+// values.
+var findingCopyColumns = []string{"id", "cluster", "node", "boot_id", "detector", "gpu_pci", "device_pci",
+	"xid", "count", "attrs", "evidence", "seq", "observed_at", "received_at"}
+
+// copy writes, on the COPY path, the findings the lookup did not find, in
+// one COPY into findings (PostgreSQL routes each row to its day's
+// partition), in tx: the transaction of the lookup's batch.
+func (w *findingInsert) copy(ctx context.Context, tx pgx.Tx) error {
+	n := 0
+	for _, c := range w.counts {
+		n += c
+	}
+	if n == 0 {
+		return nil
+	}
+	set, i, k := 0, 0, 0 // the next finding: w.sets[set].rows row i, flat index k
+	row := make([]any, len(findingCopyColumns))
+	src := pgx.CopyFromFunc(func() ([]any, error) {
+		for ; set < len(w.sets); set, i = set+1, 0 {
+			s := w.sets[set]
+			r := s.rows
+			for ; i < len(r.ids); i, k = i+1, k+1 {
+				if w.stored[k] {
+					continue
+				}
+				row[0], row[1], row[2], row[3], row[4], row[5], row[6] = r.ids[i], s.cluster, s.node, r.bootIDs[i], r.detectors[i], r.gpuPCIs[i], r.devicePCIs[i]
+				row[7], row[8], row[9], row[10], row[11], row[12], row[13] = r.xids[i], r.counts[i], r.attrs[i], r.evidence[i], r.seqs[i], r.observed[i], r.now
+				i, k = i+1, k+1
+				return row, nil
+			}
+		}
+		return nil, nil
+	})
+	got, err := tx.CopyFrom(ctx, pgx.Identifier{"findings"}, findingCopyColumns, src)
+	if err != nil {
+		return err
+	}
+	if got != int64(n) {
+		return fmt.Errorf("copy findings: %d rows copied, want %d", got, n)
+	}
+	return nil
+}
+
+// run sends b, whose last statement queue queued (if any findings were
+// added), and calls read with its results, which must read them all (the
+// statements before, then w.read): in one implicit transaction, or on the
+// COPY path in an explicit one (BEGIN, the batch, the COPY, COMMIT).
+func (w *findingInsert) run(ctx context.Context, pool *pgxpool.Pool, b *pgx.Batch, read func(pgx.BatchResults) error) error {
+	send := func(q interface {
+		SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
+	}) error {
+		br := q.SendBatch(ctx, b)
+		defer br.Close()
+		if err := read(br); err != nil {
+			return err
+		}
+		return br.Close()
+	}
+	if w.total == 0 || !w.useCopy() {
+		return send(pool)
+	}
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if err := send(tx); err != nil {
+			return err
+		}
+		return w.copy(ctx, tx)
+	})
 }
 
 // inserted is how many findings of set i were new (after read).

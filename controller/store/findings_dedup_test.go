@@ -39,9 +39,19 @@ func storedIn(t *testing.T, s *store.Store, cluster, node string) map[string]int
 
 // TestReportGroupOneInvalid: in one group, a report with a finding the
 // schema refuses fails alone; the group's other reports, a new one and a
-// partial resend, are stored with their own inserted counts.
+// partial resend, are stored with their own inserted counts. Small groups
+// are one statement, large ones (300 findings) a lookup and a COPY.
 func TestReportGroupOneInvalid(t *testing.T) {
 	t.Parallel()
+	for _, size := range []int{10, 300} {
+		t.Run(fmt.Sprint(size), func(t *testing.T) {
+			t.Parallel()
+			testReportGroupOneInvalid(t, size)
+		})
+	}
+}
+
+func testReportGroupOneInvalid(t *testing.T, size int) {
 	ctx := context.Background()
 	s := open(t)
 	at := t0.Add(time.Minute)
@@ -53,9 +63,9 @@ func TestReportGroupOneInvalid(t *testing.T) {
 	}
 	bad := report("c1", "b", "boot-a", 5, at)
 	bad.Findings[3].Count = 0
-	res, errs := store.WriteReportGroup(s, []finding.Report{report("c1", "a", "boot-a", 10, at), bad, resent}, at.Add(time.Second))
-	if errs[0] != nil || res[0].Inserted != 10 || !res[0].Changed {
-		t.Errorf("new report in the group: %+v, %v; want 10 inserted, changed", res[0], errs[0])
+	res, errs := store.WriteReportGroup(s, []finding.Report{report("c1", "a", "boot-a", size, at), bad, resent}, at.Add(time.Second))
+	if errs[0] != nil || res[0].Inserted != size || !res[0].Changed {
+		t.Errorf("new report in the group: %+v, %v; want %d inserted, changed", res[0], errs[0], size)
 	}
 	if !errors.Is(errs[1], store.ErrInvalid) {
 		t.Errorf("report with a refused finding: %+v, %v; want ErrInvalid", res[1], errs[1])
@@ -66,7 +76,7 @@ func TestReportGroupOneInvalid(t *testing.T) {
 	if _, err := s.GetNode(ctx, "c1", "b"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("refused report's node row: %v, want ErrNotFound", err)
 	}
-	for node, want := range map[string]int{"a": 10, "b": 0, "c": 8} {
+	for node, want := range map[string]int{"a": size, "b": 0, "c": 8} {
 		fs, err := s.FindingsForNode(ctx, "c1", node, time.Time{}, 0)
 		if err != nil || len(fs) != want {
 			t.Errorf("%s: %d findings stored, %v; want %d", node, len(fs), err, want)
@@ -74,7 +84,7 @@ func TestReportGroupOneInvalid(t *testing.T) {
 	}
 	// The same group again: everything is a resend.
 	bad.Findings[3].Count = 1
-	res, errs = store.WriteReportGroup(s, []finding.Report{report("c1", "a", "boot-a", 10, at), bad, resent}, at.Add(2*time.Second))
+	res, errs = store.WriteReportGroup(s, []finding.Report{report("c1", "a", "boot-a", size, at), bad, resent}, at.Add(2*time.Second))
 	for i, want := range []int{0, 5, 0} {
 		if errs[i] != nil || res[i].Inserted != want {
 			t.Errorf("group resent, report %d: %+v, %v; want %d inserted", i, res[i], errs[i], want)
@@ -85,7 +95,8 @@ func TestReportGroupOneInvalid(t *testing.T) {
 // TestIngestResendAcrossPartitions: a resend received on the next day (the
 // next partition), or an untimed finding resent days later from the
 // default partition into a day's partition, is recognised; the first copy
-// stays where it was.
+// stays where it was. The timed report (300 findings) takes the COPY path,
+// the untimed one the single statement.
 func TestIngestResendAcrossPartitions(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -97,14 +108,14 @@ func TestIngestResendAcrossPartitions(t *testing.T) {
 	}
 	day2 := time.Date(2020, 1, 2, 0, 0, 0, 0, time.UTC)
 
-	timed := report("c1", "n1", "boot-a", 5, day2.Add(24*time.Hour-time.Minute))
-	if res, err := s.IngestReport(ctx, timed, day2.Add(24*time.Hour-time.Millisecond)); err != nil || res.Inserted != 5 {
+	timed := report("c1", "n1", "boot-a", 300, day2.Add(24*time.Hour-10*time.Minute))
+	if res, err := s.IngestReport(ctx, timed, day2.Add(24*time.Hour-time.Millisecond)); err != nil || res.Inserted != 300 {
 		t.Fatalf("first copy: %+v, %v", res, err)
 	}
 	if res, err := s.IngestReport(ctx, timed, day2.Add(24*time.Hour+time.Millisecond)); err != nil || res.Inserted != 0 {
 		t.Errorf("resent after midnight: %+v, %v; want 0 inserted", res, err)
 	}
-	if got, want := storedIn(t, s, "c1", "n1"), map[string]int{"findings_p20200102": 5}; !reflect.DeepEqual(got, want) {
+	if got, want := storedIn(t, s, "c1", "n1"), map[string]int{"findings_p20200102": 300}; !reflect.DeepEqual(got, want) {
 		t.Errorf("n1 stored %v, want %v", got, want)
 	}
 

@@ -14,10 +14,11 @@ import (
 // reports with findings alike) are written in groups: each of a few writer
 // goroutines takes the reports waiting when it is free, up to
 // maxReportGroup reports of distinct nodes and maxGroupFindings findings,
-// and writes them in one round trip and one transaction (writeGroup): one
-// lock statement for every node of the group, one multi-row upsert of the
-// nodes and one insert of the group's new findings with its duplicate
-// check, pipelined. Each report is answered only
+// and writes them in one transaction (writeGroup): one lock statement for
+// every node of the group, one multi-row upsert of the nodes and one insert
+// of the group's new findings with its duplicate check, pipelined in one
+// round trip (a large group: the check in the batch, then one COPY). Each
+// report is answered only
 // after that transaction committed, with its own Changed and Inserted, the
 // same as written alone. Under load the groups grow on their own (more
 // reports arrive while a group is written); alone, a report waits for
@@ -226,10 +227,12 @@ func (g *reportGroups) write(group []*nodeReport) {
 // returns, per report, whether the node's facts changed and how many of its
 // findings were new; with ensureCluster it first creates the cluster row of
 // group[0] (the first report of a cluster this Store has not seen, written
-// alone). It is one pipelined batch in an implicit transaction, one round
-// trip: the node locks, the node upsert and, when the group has findings,
-// one insert of those not stored yet (findingInsert, findings.go). Nothing
-// is answered before the commit.
+// alone). One pipelined batch takes the node locks, upserts the nodes and,
+// when the group has findings, inserts those not stored yet
+// (findingInsert, findings.go): one round trip in an implicit transaction,
+// or, for a group of copyMinFindings findings or more, BEGIN, the batch
+// (with a lookup of the stored findings), one COPY, COMMIT. Nothing is
+// answered before the commit.
 func (s *Store) writeGroup(ctx context.Context, group []*nodeReport, ensureCluster bool) ([]nodeResult, error) {
 	n := len(group)
 	var (
@@ -259,44 +262,43 @@ func (s *Store) writeGroup(ctx context.Context, group []*nodeReport, ensureClust
 	if ins.total > 0 {
 		ins.queue(b)
 	}
-	br := s.pool.SendBatch(ctx, b)
-	defer br.Close()
-	for range 1 + btoi(ensureCluster) {
-		if _, err := br.Exec(); err != nil {
-			return nil, err
-		}
-	}
 	out := make([]nodeResult, n)
-	var (
-		c, name string
-		changed bool
-		got     int
-	)
-	rows, err := br.Query()
-	if err != nil {
-		return nil, err
-	}
-	_, err = pgx.ForEachRow(rows, []any{&c, &name, &changed}, func() error {
-		i, ok := index[[2]string{c, name}]
-		if !ok {
-			return errors.New("upsert nodes: a row for a node not in the group")
+	err := ins.run(ctx, s.pool, b, func(br pgx.BatchResults) error {
+		for range 1 + btoi(ensureCluster) {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
 		}
-		out[i].changed = changed
-		got++
+		var (
+			c, name string
+			changed bool
+			got     int
+		)
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		_, err = pgx.ForEachRow(rows, []any{&c, &name, &changed}, func() error {
+			i, ok := index[[2]string{c, name}]
+			if !ok {
+				return errors.New("upsert nodes: a row for a node not in the group")
+			}
+			out[i].changed = changed
+			got++
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if got != n {
+			return errors.New("upsert nodes: fewer rows than reports")
+		}
+		if ins.total > 0 {
+			return ins.read(br)
+		}
 		return nil
 	})
 	if err != nil {
-		return nil, err
-	}
-	if got != n {
-		return nil, errors.New("upsert nodes: fewer rows than reports")
-	}
-	if ins.total > 0 {
-		if err := ins.read(br); err != nil {
-			return nil, err
-		}
-	}
-	if err := br.Close(); err != nil {
 		return nil, err
 	}
 	for i := range group {

@@ -63,26 +63,20 @@ func (s *Store) IngestJobFindings(ctx context.Context, cluster string, fs []find
 		ins.add(cluster, n, byNode[n])
 	}
 	_, known := s.clusters.Load(cluster)
-	// One pipelined batch, one implicit transaction (as writeGroup).
-	err := func() error {
-		b := &pgx.Batch{}
-		if !known {
-			b.Queue(sqlEnsureCluster, cluster, now)
-		}
-		b.Queue(sqlLockNodes, clusters, nodes)
-		ins.queue(b)
-		br := s.pool.SendBatch(ctx, b)
-		defer br.Close()
+	b := &pgx.Batch{}
+	if !known {
+		b.Queue(sqlEnsureCluster, cluster, now)
+	}
+	b.Queue(sqlLockNodes, clusters, nodes)
+	ins.queue(b)
+	err := ins.run(ctx, s.pool, b, func(br pgx.BatchResults) error {
 		for range 1 + btoi(!known) {
 			if _, err := br.Exec(); err != nil {
 				return err
 			}
 		}
-		if err := ins.read(br); err != nil {
-			return err
-		}
-		return br.Close()
-	}()
+		return ins.read(br)
+	})
 	if err != nil {
 		return JobIngestResult{}, errorf(err, "ingest job findings of cluster %s", cluster)
 	}
