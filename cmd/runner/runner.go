@@ -283,7 +283,8 @@ func (c *Controller) setBudgets(ctx context.Context, cluster string, b config.Bu
 }
 
 // FindingsMaintenanceInterval is how often a controller creates the finding
-// partitions ahead and drops those past retention (store.MaintainFindings).
+// partitions ahead, drops those past retention and rewrites one closed day
+// in node-timeline order (store.MaintainFindings).
 // Partitions are created a week ahead, so a missed pass or an hour of
 // database outage costs nothing; a finding received outside every created
 // partition lands in the default partition and is moved by the next pass.
@@ -301,8 +302,9 @@ func (c *Controller) maintainFindings(ctx context.Context) {
 		switch {
 		case err != nil && ctx.Err() == nil:
 			c.opts.Log.Error("maintain finding partitions", "err", err)
-		case res.Created > 0 || len(res.Dropped) > 0 || res.Deleted > 0:
-			c.opts.Log.Info("maintained finding partitions", "created", res.Created, "dropped", res.Dropped, "deleted_default_rows", res.Deleted)
+		case res.Created > 0 || len(res.Dropped) > 0 || res.Deleted > 0 || len(res.Compacted) > 0:
+			c.opts.Log.Info("maintained finding partitions", "created", res.Created, "dropped", res.Dropped,
+				"deleted_default_rows", res.Deleted, "compacted", res.Compacted)
 		}
 		select {
 		case <-ctx.Done():

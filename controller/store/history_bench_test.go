@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fleetrepair/fleetrepair/controller/store"
+	"github.com/jackc/pgx/v5"
 )
 
 // EnvHistoryBench enables BenchmarkHistory, which generates its data set
@@ -108,7 +109,6 @@ ON CONFLICT DO NOTHING`, []any{historyNodes, nFindings}},
 // logPlans logs the EXPLAIN (ANALYZE, BUFFERS) plan of each history query
 // for one node and one repair.
 func logPlans(b *testing.B, s *store.Store, nRepairs int) {
-	ctx := context.Background()
 	plans := []struct {
 		name string
 		sql  string
@@ -123,21 +123,18 @@ func logPlans(b *testing.B, s *store.Store, nRepairs int) {
 		{"repair audit (RepairAudit)", store.SQLRepairAudit, []any{int64(nRepairs / 2)}},
 	}
 	for _, p := range plans {
-		rows, err := s.Pool().Query(ctx, "EXPLAIN (ANALYZE, BUFFERS) "+p.sql, p.args...)
-		if err != nil {
-			b.Fatalf("explain %s: %v", p.name, err)
-		}
-		var lines []string
-		for rows.Next() {
-			var l string
-			if err := rows.Scan(&l); err != nil {
-				b.Fatal(err)
-			}
-			lines = append(lines, l)
-		}
-		rows.Close()
-		b.Logf("EXPLAIN %s:\n%s", p.name, strings.Join(lines, "\n"))
+		logPlan(b, s, p.name, p.sql, p.args...)
 	}
+}
+
+// logPlan logs the EXPLAIN (ANALYZE, BUFFERS) plan of one query.
+func logPlan(b *testing.B, s *store.Store, name, sql string, args ...any) {
+	rows, _ := s.Pool().Query(context.Background(), "EXPLAIN (ANALYZE, BUFFERS) "+sql, args...)
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		b.Fatalf("explain %s: %v", name, err)
+	}
+	b.Logf("EXPLAIN %s:\n%s", name, strings.Join(lines, "\n"))
 }
 
 // BenchmarkHistory measures the history queries the API serves on the data
@@ -158,29 +155,31 @@ func BenchmarkHistory(b *testing.B) {
 	wantTimeline := min(500, int(nFindings/historyNodes))
 	wantRepairs := min(100, int(nRepairs/historyNodes))
 	node := func(r *rand.Rand) string { return fmt.Sprintf("node-%d", r.IntN(historyNodes)) }
+	timeline := func(r *rand.Rand) error {
+		fs, err := s.FindingsForNode(ctx, "c1", node(r), time.Time{}, 500)
+		if err == nil && len(fs) != wantTimeline {
+			err = fmt.Errorf("timeline: %d findings, want %d", len(fs), wantTimeline)
+		}
+		return err
+	}
 	cases := []struct {
-		name string
-		run  func(r *rand.Rand) error
+		name  string
+		setup func(b *testing.B) // once, before the warm-up
+		run   func(r *rand.Rand) error
 	}{
-		{"NodeTimeline", func(r *rand.Rand) error {
-			fs, err := s.FindingsForNode(ctx, "c1", node(r), time.Time{}, 500)
-			if err == nil && len(fs) != wantTimeline {
-				err = fmt.Errorf("timeline: %d findings, want %d", len(fs), wantTimeline)
-			}
-			return err
-		}},
-		{"NodeRepairs", func(r *rand.Rand) error {
+		{"NodeTimeline", nil, timeline},
+		{"NodeRepairs", nil, func(r *rand.Rand) error {
 			rs, _, err := s.ListRepairs(ctx, store.RepairFilter{Cluster: "c1", Node: node(r), Limit: 100})
 			if err == nil && len(rs) != wantRepairs {
 				err = fmt.Errorf("node repairs: %d, want %d", len(rs), wantRepairs)
 			}
 			return err
 		}},
-		{"ClusterRepairs", func(r *rand.Rand) error {
+		{"ClusterRepairs", nil, func(r *rand.Rand) error {
 			_, _, err := s.ListRepairs(ctx, store.RepairFilter{Cluster: "c1", Limit: 50, Cursor: 1 + r.Int64N(nRepairs)})
 			return err
 		}},
-		{"RepairDetail", func(r *rand.Rand) error {
+		{"RepairDetail", nil, func(r *rand.Rand) error {
 			id := 1 + r.Int64N(nRepairs)
 			if _, err := s.GetRepair(ctx, id); err != nil {
 				return err
@@ -194,9 +193,16 @@ func BenchmarkHistory(b *testing.B) {
 			}
 			return err
 		}},
+		// The same timeline once every closed day's partition is rewritten
+		// in node-timeline order (store.CompactFindings, what the
+		// controller's maintenance does to one day per pass).
+		{"NodeTimelineCompacted", compactHistory(s), timeline},
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
+			if c.setup != nil {
+				c.setup(b)
+			}
 			r := rand.New(rand.NewPCG(1, 2))
 			// Warm up: each pooled connection prepares (and PostgreSQL
 			// plans) the statements on first use.
@@ -217,6 +223,24 @@ func BenchmarkHistory(b *testing.B) {
 			q := func(p float64) float64 { return float64(d[int(p*float64(len(d)-1))].Microseconds()) / 1000 }
 			b.ReportMetric(q(0.50), "p50-ms")
 			b.ReportMetric(q(0.99), "p99-ms")
+		})
+	}
+}
+
+// compactHistory returns a setup that rewrites every closed partition of
+// the history data set once per test binary and logs the time it took and
+// the node timeline's plan after it.
+func compactHistory(s *store.Store) func(b *testing.B) {
+	var once sync.Once
+	return func(b *testing.B) {
+		once.Do(func() {
+			t := time.Now()
+			done, err := s.CompactFindings(context.Background(), historyEnd, time.Time{}, historyDays+1)
+			if err != nil {
+				b.Fatalf("compact: %v", err)
+			}
+			b.Logf("compacted %d partitions in %v", len(done), time.Since(t).Round(time.Millisecond))
+			logPlan(b, s, "node timeline after compaction (FindingsForNode, newest 500)", store.SQLFindingsForNode, "c1", "node-42", time.Time{}, 500)
 		})
 	}
 }

@@ -48,7 +48,7 @@ func TestMigrateUpDownUp(t *testing.T) {
 		}
 		return out
 	}
-	want := []string{"breaker_decisions", "breaker_state", "clusters", "diagnoses", "events", "findings", "nodes", "repair_audit", "repair_findings", "repairs", "security_audit", "sessions"}
+	want := []string{"breaker_decisions", "breaker_state", "clusters", "diagnoses", "events", "finding_partition_compactions", "findings", "nodes", "repair_audit", "repair_findings", "repairs", "security_audit", "sessions"}
 
 	var out strings.Builder
 	if err := store.Migrate(ctx, dsn, store.MigrateUp, &out); err != nil {

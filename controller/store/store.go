@@ -171,7 +171,8 @@ func unavailable(err error) bool {
 		return strings.HasPrefix(pg.Code, "08") || // connection exception
 			strings.HasPrefix(pg.Code, "53") || // insufficient resources (too many connections, disk full, out of memory)
 			pg.Code == "57P01" || pg.Code == "57P02" || pg.Code == "57P03" || // admin/crash shutdown, cannot connect now
-			pg.Code == "57014" // query_canceled: statement_timeout
+			pg.Code == "57014" || // query_canceled: statement_timeout
+			pg.Code == "55P03" // lock_not_available: lock_timeout (partition drop or swap, history.go)
 	}
 	var connect *pgconn.ConnectError
 	var netErr net.Error
