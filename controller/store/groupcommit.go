@@ -18,9 +18,8 @@ import (
 // every node of the group, one multi-row upsert of the nodes and one insert
 // of the group's new findings with its duplicate check, pipelined in one
 // round trip (a large group: the check in the batch, then one COPY). Each
-// report is answered only
-// after that transaction committed, with its own Changed and Inserted, the
-// same as written alone. Under load the groups grow on their own (more
+// report is answered only after that transaction committed, with its own
+// Changed and Inserted, the same as written alone. Under load the groups grow on their own (more
 // reports arrive while a group is written); alone, a report waits for
 // nobody. A group that fails is written again one report per transaction,
 // so one report's error is its own (an invalid finding fails only its
