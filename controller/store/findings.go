@@ -3,12 +3,14 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fleetrepair/fleetrepair/agent/finding"
 )
@@ -19,37 +21,15 @@ const (
 INSERT INTO clusters (name, created_at) VALUES ($1, $2)
 ON CONFLICT (name) DO NOTHING`
 
-	// Every report of a node takes this lock first (released at commit), so
-	// the reports of one node are applied one at a time and each statement
-	// after it sees everything an earlier report committed: the change check
-	// of sqlUpsertNodeFromReport compares with the latest facts, and the
-	// duplicate check of sqlInsertFindings sees every finding stored before.
-	// Reports of different nodes do not wait on each other (a 64-bit hash; a
-	// collision only serializes two nodes). A row lock would not do: a node's
-	// first reports have no row to lock.
-	sqlLockNode = `SELECT pg_advisory_xact_lock(hashtextextended($1 || '/' || $2, 0))`
-
-	// The agent's columns only. A report older (by SentAt) than the newest
-	// one applied, e.g. a retry from the agent's spool, still refreshes
-	// last_seen but does not roll boot_id, versions or heartbeat back. A
-	// column whose value does not change keeps its stored datum (no new
-	// TOAST value for an unchanged heartbeat); nodes has no index on the
+	// sqlNodeConflict is the ON CONFLICT clause of the node upsert from
+	// reports (sqlUpsertNodesFromHeartbeats, groupcommit.go): what a report
+	// may change. The agent's columns only. A report older (by SentAt) than
+	// the newest one applied, e.g. a retry from the agent's spool, still
+	// refreshes last_seen but does not roll boot_id, versions or heartbeat
+	// back. A column whose value does not change keeps its stored datum (no
+	// new TOAST value for an unchanged heartbeat); nodes has no index on the
 	// updated columns, so a heartbeat that changes nothing is a HOT update
-	// of one row. It returns whether the agent's facts changed (or the row is
-	// new): the CTE reads the old values, after sqlLockNode.
-	sqlUpsertNodeFromReport = `
-WITH old AS (
-    SELECT cluster, name, boot_id, driver_version, kernel_version, agent_version, heartbeat
-    FROM nodes WHERE cluster = $1 AND name = $2)
-INSERT INTO nodes AS n (cluster, name, boot_id, driver_version, kernel_version, agent_version,
-                        heartbeat, last_seen, last_sent_at, created_at, updated_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $8, $8)
-{{conflict}}
-RETURNING {{changed}}`
-
-	// sqlNodeConflict is the ON CONFLICT clause of every node upsert from a
-	// report (sqlUpsertNodeFromReport, sqlUpsertNodesFromHeartbeats): one
-	// rule for what a report may change.
+	// of one row.
 	sqlNodeConflict = `ON CONFLICT (cluster, name) DO UPDATE SET
     last_seen = GREATEST(n.last_seen, excluded.last_seen),
     updated_at = excluded.updated_at,
@@ -69,29 +49,59 @@ RETURNING {{changed}}`
       AND (o.boot_id, o.driver_version, o.kernel_version, o.agent_version, o.heartbeat)
           IS NOT DISTINCT FROM (n.boot_id, n.driver_version, n.kernel_version, n.agent_version, n.heartbeat))`
 
-	// One statement for the whole batch. A finding already stored for the
-	// same node (a resent report) is skipped: findings are unique per
-	// (cluster, node, id), and the first copy of a resend was received at or
-	// after $15 (see dedupSince), which bounds the partitions probed. The
-	// affected row count is the number of new findings.
+	// sqlStoredProbe is the duplicate check of every finding insert, for
+	// one row u (id, cluster, node, since, received_at): whether the node
+	// has the finding stored already. Findings are unique per (cluster,
+	// node, id); the first copy of a resent finding was received from since
+	// (dedupSince, per row) to the row's received_at + {{skew}}
+	// (DedupClockSkew: another replica's clock may be ahead, but the
+	// partitions created days ahead are empty), which bounds the partitions
+	// probed.
 	//
-	// The stored IDs are looked up first, once, with the whole ID array on
-	// the primary key or the node's timeline, in the partitions from $15 to
-	// $16 (now + DedupClockSkew: another replica's clock may be ahead, but
-	// the partitions created days ahead are empty) only, not as an anti-join
-	// the planner may turn into a scan of every partition.
-	sqlInsertFindings = `
-INSERT INTO findings (id, cluster, node, boot_id, detector, gpu_pci, device_pci, xid, count,
-                      attrs, evidence, seq, observed_at, received_at)
-SELECT u.id, $1, $2, u.boot_id, u.detector, u.gpu_pci, u.device_pci, u.xid, u.count,
-       u.attrs, u.evidence, u.seq, u.observed_at, $3
-FROM unnest($4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::int[], $10::int[],
-            $11::jsonb[], $12::jsonb[], $13::bigint[], $14::timestamptz[])
-     AS u(id, boot_id, detector, gpu_pci, device_pci, xid, count, attrs, evidence, seq, observed_at)
-WHERE u.id <> ALL (ARRAY(
-    SELECT f.id FROM findings f
-    WHERE f.cluster = $1 AND f.node = $2 AND f.id = ANY ($4::text[])
-      AND f.received_at >= $15::timestamptz AND f.received_at <= $16::timestamptz))`
+	// It is correlated (a scalar subquery or LATERAL ... LIMIT 1, which
+	// PostgreSQL never pulls up into a join), so the plan is pinned whatever
+	// the statistics: per row, one primary key probe (id, received_at range)
+	// in each partition left after run-time pruning on the row's bounds. A
+	// hash or merge anti-join over the partitions, which the planner chose
+	// for earlier forms of this check (docs/scale.md, "Group commit"),
+	// cannot happen. The cluster and node are compared with IS NOT DISTINCT
+	// FROM (the same as = on these NOT NULL columns), which no index can
+	// serve: otherwise the planner may take the timeline index
+	// findings_node_happened_idx, whose (cluster, node) prefix matches but
+	// whose id comes after the time, and read every finding of the node in
+	// the partition for each row.
+	sqlStoredProbe = `
+               SELECT 1 FROM findings f
+               WHERE f.id = u.id AND f.received_at >= u.since AND f.received_at <= u.received_at + {{skew}}::interval
+                 AND (f.cluster, f.node) IS NOT DISTINCT FROM (u.cluster, u.node)
+               LIMIT 1`
+
+	// sqlInsertNewFindings inserts the findings of a group (rows of several
+	// nodes, each node once) that sqlStoredProbe does not find, and returns
+	// per node how many it inserted. The probe reads the statement's
+	// snapshot: it does not see the rows this statement inserts, which
+	// cannot collide (one report per node, one row per ID).
+	sqlInsertNewFindings = `
+WITH ins AS (
+    INSERT INTO findings (id, cluster, node, boot_id, detector, gpu_pci, device_pci, xid, count,
+                          attrs, evidence, seq, observed_at, received_at)
+    SELECT u.id, u.cluster, u.node, u.boot_id, u.detector, u.gpu_pci, u.device_pci, u.xid, u.count,
+           u.attrs, u.evidence, u.seq, u.observed_at, u.received_at
+    FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
+                $8::int[], $9::int[], $10::jsonb[], $11::jsonb[], $12::bigint[], $13::timestamptz[],
+                $14::timestamptz[], $15::timestamptz[])
+         AS u(id, cluster, node, boot_id, detector, gpu_pci, device_pci, xid, count, attrs, evidence, seq,
+              observed_at, received_at, since)
+    WHERE (SELECT count(*) FROM ({{probe16}}) stored) = 0
+    RETURNING cluster, node)
+SELECT cluster, node, count(*) FROM ins GROUP BY cluster, node`
+
+	// sqlStoredFindings returns the ordinals (1-based) of the rows that
+	// sqlStoredProbe finds, for the COPY path of findingInsert.
+	sqlStoredFindings = `
+SELECT u.ord FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::timestamptz[])
+     WITH ORDINALITY AS u(id, cluster, node, since, received_at, ord)
+CROSS JOIN LATERAL ({{probe6}}) stored`
 
 	findingCols = `id, node, boot_id, detector, gpu_pci, device_pci, xid, count, attrs, evidence, seq, observed_at`
 
@@ -113,6 +123,12 @@ WHERE cluster = $1 AND node = $2
 ORDER BY want.ord, received_at`
 )
 
+// The finding insert statements with their duplicate check spliced in.
+var (
+	insertNewFindingsSQL = strings.ReplaceAll(sqlInsertNewFindings, "{{probe16}}", strings.ReplaceAll(sqlStoredProbe, "{{skew}}", "$16"))
+	storedFindingsSQL    = strings.ReplaceAll(sqlStoredFindings, "{{probe6}}", strings.ReplaceAll(sqlStoredProbe, "{{skew}}", "$6"))
+)
+
 // MaxClockSkew is how far ahead of the controller's clock an agent's SentAt
 // may be. The API clamps a later SentAt to now (web/api); the store does not
 // trust a stored SentAt further ahead of the clock than this either (a row
@@ -120,7 +136,7 @@ ORDER BY want.ord, received_at`
 // no report can freeze a node's facts.
 const MaxClockSkew = 5 * time.Minute
 
-// nodeNewer is spliced into sqlUpsertNodeFromReport: whether the incoming
+// nodeNewer is spliced into sqlNodeConflict: whether the incoming
 // report is at least as new as the newest applied (by the agent's SentAt; a
 // report without SentAt always applies), or the newest applied claims a
 // SentAt more than MaxClockSkew ahead of this write's clock (excluded.last_seen
@@ -159,12 +175,12 @@ type IngestResult struct {
 	Changed bool
 }
 
-// IngestReport stores one agent Report atomically in one round trip to
-// PostgreSQL (a pipelined batch of three or four statements in an implicit
-// transaction): it creates the cluster row the first time this Store sees
-// the cluster, takes the node's lock, upserts the node's agent
-// facts (boot ID, last_seen = now, heartbeat, driver/kernel/agent version
-// when given) and inserts the findings. Findings are unique per (cluster,
+// IngestReport stores one agent Report atomically in one transaction: it
+// creates the cluster row the first time this Store sees the cluster, takes
+// the node's lock, upserts the node's agent facts (boot ID, last_seen = now,
+// heartbeat, driver/kernel/agent version when given) and inserts the
+// findings: one round trip, a pipelined batch in an implicit transaction
+// (writeGroup, groupcommit.go). Findings are unique per (cluster,
 // node, id): one already stored for this node (a resent report) is skipped,
 // so a resent report is harmless, while another node's finding with the
 // same ID is stored. Either all of the report is stored or none of it (a
@@ -182,102 +198,84 @@ type IngestResult struct {
 // first of findings repeating an ID within the report. The driver version
 // comes from the heartbeat, else from a driver-version finding.
 func (s *Store) IngestReport(ctx context.Context, r finding.Report, now time.Time) (IngestResult, error) {
-	if r.Cluster == "" || r.Node == "" {
-		return IngestResult{}, invalidf("ingest report: cluster and node are required")
+	nr, err := newNodeReport(r, now)
+	if err != nil {
+		return IngestResult{}, err
 	}
-	rows := newFindingRows(len(r.Findings), now)
-	driver := ""
-	for _, f := range r.Findings {
-		if f.Node != "" && f.Node != r.Node {
-			return IngestResult{}, invalidf("ingest report: finding %s is for node %q, not the report's node %q", f.ID, f.Node, r.Node)
-		}
-		if f.Detector == finding.DetectorDriverVersion && f.Attr(finding.AttrValue) != "" {
-			driver = f.Attr(finding.AttrValue)
-		}
-		if err := rows.add(f, r.BootID); err != nil {
-			return IngestResult{}, err
-		}
-	}
-	ids := rows.ids
-	var err error
-	var hb []byte
-	kernel := ""
-	if r.Heartbeat != nil {
-		if hb, err = json.Marshal(r.Heartbeat); err != nil {
-			return IngestResult{}, invalidf("ingest report: encode heartbeat")
-		}
-		if r.Heartbeat.DriverVersion != "" {
-			driver = r.Heartbeat.DriverVersion
-		}
-		kernel = r.Heartbeat.KernelVersion
-	}
-
 	_, knownCluster := s.clusters.Load(r.Cluster)
 	if knownCluster && s.groups != nil {
-		res, err := s.groups.submit(ctx, &nodeReport{cluster: r.Cluster, node: r.Node, boot: r.BootID, driver: driver,
-			kernel: kernel, agent: r.AgentVersion, heartbeat: hb, sentAt: nullTime(r.SentAt), now: now, findings: rows})
+		res, err := s.groups.submit(ctx, nr)
 		if err != nil {
 			return IngestResult{}, errorf(err, "ingest report from %s/%s", r.Cluster, r.Node)
 		}
 		return IngestResult{Changed: res.changed, Inserted: res.inserted}, nil
 	}
 	// The first report of a cluster this Store has not seen: alone, with
-	// the cluster row.
-	b := &pgx.Batch{}
-	if !knownCluster {
-		b.Queue(sqlEnsureCluster, r.Cluster, now)
-	}
-	b.Queue(sqlLockNode, r.Cluster, r.Node)
-	b.Queue(upsertNodeSQL, r.Cluster, r.Node, r.BootID, driver, kernel, r.AgentVersion, hb, now, nullTime(r.SentAt))
-	if len(ids) > 0 {
-		rows.queue(b, r.Cluster, r.Node)
-	}
-	var res IngestResult
-	err = func() error {
-		br := s.pool.SendBatch(ctx, b)
-		defer br.Close()
-		for range 2 - btoi(knownCluster) {
-			if _, err := br.Exec(); err != nil {
-				return err
-			}
-		}
-		if err := br.QueryRow().Scan(&res.Changed); err != nil {
-			return err
-		}
-		if len(ids) > 0 {
-			tag, err := br.Exec()
-			if err != nil {
-				return err
-			}
-			res.Inserted = int(tag.RowsAffected())
-		}
-		return br.Close()
-	}()
+	// the cluster row, in the same transaction.
+	res, err := s.writeGroup(ctx, []*nodeReport{nr}, !knownCluster)
 	if err != nil {
 		return IngestResult{}, errorf(err, "ingest report from %s/%s", r.Cluster, r.Node)
 	}
 	s.clusters.Store(r.Cluster, true) // cluster rows are never deleted
-	return res, nil
+	return IngestResult{Changed: res[0].changed, Inserted: res[0].inserted}, nil
 }
 
-// findingRows are the columns of findings to insert for one node, as
-// sqlInsertFindings takes them.
+// newNodeReport converts r into the rows IngestReport writes; an error wraps
+// ErrInvalid (no cluster or node, a finding of another node, a value no
+// column holds).
+func newNodeReport(r finding.Report, now time.Time) (*nodeReport, error) {
+	if r.Cluster == "" || r.Node == "" {
+		return nil, invalidf("ingest report: cluster and node are required")
+	}
+	rows := newFindingRows(len(r.Findings), now)
+	driver := ""
+	for _, f := range r.Findings {
+		if f.Node != "" && f.Node != r.Node {
+			return nil, invalidf("ingest report: finding %s is for node %q, not the report's node %q", f.ID, f.Node, r.Node)
+		}
+		if f.Detector == finding.DetectorDriverVersion && f.Attr(finding.AttrValue) != "" {
+			driver = f.Attr(finding.AttrValue)
+		}
+		if err := rows.add(f, r.BootID); err != nil {
+			return nil, err
+		}
+	}
+	var (
+		hb  []byte
+		err error
+	)
+	kernel := ""
+	if r.Heartbeat != nil {
+		if hb, err = json.Marshal(r.Heartbeat); err != nil {
+			return nil, invalidf("ingest report: encode heartbeat")
+		}
+		if r.Heartbeat.DriverVersion != "" {
+			driver = r.Heartbeat.DriverVersion
+		}
+		kernel = r.Heartbeat.KernelVersion
+	}
+	return &nodeReport{cluster: r.Cluster, node: r.Node, boot: r.BootID, driver: driver,
+		kernel: kernel, agent: r.AgentVersion, heartbeat: hb, sentAt: nullTime(r.SentAt), now: now, findings: rows}, nil
+}
+
+// findingRows are the findings of one report (or of one node of a job
+// report) to insert, column by column.
 type findingRows struct {
-	now                                          time.Time
+	now                                          time.Time // received_at
 	ids, bootIDs, detectors, gpuPCIs, devicePCIs []string
 	xids, counts                                 []int32
 	attrs, evidence                              [][]byte
 	seqs                                         []int64
 	observed                                     []*time.Time
+	sinces                                       []time.Time // per finding: dedupSince
 	seen                                         map[string]bool
-	since                                        time.Time
 }
 
 func newFindingRows(n int, now time.Time) *findingRows {
-	return &findingRows{now: now, since: now, seen: make(map[string]bool, n),
+	return &findingRows{now: now, seen: make(map[string]bool, n),
 		ids: make([]string, 0, n), bootIDs: make([]string, 0, n), detectors: make([]string, 0, n), gpuPCIs: make([]string, 0, n),
 		devicePCIs: make([]string, 0, n), xids: make([]int32, 0, n), counts: make([]int32, 0, n), attrs: make([][]byte, 0, n),
-		evidence: make([][]byte, 0, n), seqs: make([]int64, 0, n), observed: make([]*time.Time, 0, n)}
+		evidence: make([][]byte, 0, n), seqs: make([]int64, 0, n), observed: make([]*time.Time, 0, n), sinces: make([]time.Time, 0, n)}
 }
 
 // add appends f (its boot ID, else boot), once per ID; an error wraps
@@ -307,15 +305,214 @@ func (w *findingRows) add(f finding.Finding, boot string) error {
 	w.ids, w.detectors, w.gpuPCIs, w.devicePCIs = append(w.ids, f.ID), append(w.detectors, f.Detector), append(w.gpuPCIs, f.GPUPCI), append(w.devicePCIs, f.DevicePCI)
 	w.bootIDs, w.xids, w.counts, w.seqs = append(w.bootIDs, boot), append(w.xids, int32(f.Xid)), append(w.counts, int32(f.Count)), append(w.seqs, int64(f.Seq))
 	w.observed, w.attrs, w.evidence = append(w.observed, nullTime(f.Time)), append(w.attrs, a), append(w.evidence, e)
-	w.since = earliest(w.since, dedupSince(f.Time, w.now))
+	w.sinces = append(w.sinces, dedupSince(f.Time, w.now))
 	return nil
 }
 
-// queue queues the insert of the rows as findings of cluster/node.
-func (w *findingRows) queue(b *pgx.Batch, cluster, node string) {
-	b.Queue(sqlInsertFindings, cluster, node, w.now, w.ids, w.bootIDs, w.detectors, w.gpuPCIs, w.devicePCIs, w.xids, w.counts,
-		w.attrs, w.evidence, w.seqs, w.observed, w.since, w.now.Add(DedupClockSkew))
+// findingInsert inserts the findings of several nodes (each node once) in
+// the transaction that holds their node locks (sqlLockNodes,
+// groupcommit.go), queued after the lock statement in the same pipelined
+// batch: no other report of these nodes, from this replica or another, is
+// written between the duplicate check (sqlStoredProbe) and the insert, and
+// the check sees every finding committed before. This is the one duplicate
+// check of every write path (IngestReport, grouped or alone, and
+// IngestJobFindings). Two ways, by size: up to copyMinFindings findings,
+// one statement checks and inserts (sqlInsertNewFindings), in the batch's
+// round trip; from copyMinFindings on, the batch looks the stored ones up
+// (sqlStoredFindings) and one binary COPY writes the others, in the same
+// explicit transaction (fewer CPU per finding in PostgreSQL, two more
+// round trips; docs/scale.md).
+type findingInsert struct {
+	sets   []findingSet
+	total  int
+	counts []int  // per set: inserted (read)
+	stored []bool // COPY path: per finding of all sets, in order, found by the lookup
 }
+
+// copyMinFindings is the size from which findingInsert takes the COPY path.
+var copyMinFindings = 256
+
+type findingSet struct {
+	cluster, node string
+	rows          *findingRows
+	first         int // index of its first finding in stored
+}
+
+// useCopy tells whether the findings go in a COPY after a lookup (in an
+// explicit transaction) rather than in one statement.
+func (w *findingInsert) useCopy() bool { return w.total >= copyMinFindings }
+
+// add adds the rows of cluster/node; it returns the set's index.
+func (w *findingInsert) add(cluster, node string, rows *findingRows) int {
+	w.sets = append(w.sets, findingSet{cluster: cluster, node: node, rows: rows, first: w.total})
+	w.total += len(rows.ids)
+	return len(w.sets) - 1
+}
+
+// queue queues sqlInsertNewFindings, or on the COPY path
+// sqlStoredFindings, for every finding added; read reads its result.
+func (w *findingInsert) queue(b *pgx.Batch) {
+	n := w.total
+	if w.useCopy() {
+		clusters, nodes, ids := make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
+		sinces, received := make([]time.Time, 0, n), make([]time.Time, 0, n)
+		for _, set := range w.sets {
+			for range set.rows.ids {
+				clusters, nodes, received = append(clusters, set.cluster), append(nodes, set.node), append(received, set.rows.now)
+			}
+			ids, sinces = append(ids, set.rows.ids...), append(sinces, set.rows.sinces...)
+		}
+		b.Queue(storedFindingsSQL, ids, clusters, nodes, sinces, received, DedupClockSkew)
+		return
+	}
+	ids, clusters, nodes, boots := make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
+	detectors, gpus, devices := make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
+	xids, counts := make([]int32, 0, n), make([]int32, 0, n)
+	attrs, evidence, seqs := make([][]byte, 0, n), make([][]byte, 0, n), make([]int64, 0, n)
+	observed, received, sinces := make([]*time.Time, 0, n), make([]time.Time, 0, n), make([]time.Time, 0, n)
+	for _, set := range w.sets {
+		r := set.rows
+		for range r.ids {
+			clusters, nodes, received = append(clusters, set.cluster), append(nodes, set.node), append(received, r.now)
+		}
+		ids, boots, detectors, gpus, devices = append(ids, r.ids...), append(boots, r.bootIDs...), append(detectors, r.detectors...), append(gpus, r.gpuPCIs...), append(devices, r.devicePCIs...)
+		xids, counts, attrs, evidence = append(xids, r.xids...), append(counts, r.counts...), append(attrs, r.attrs...), append(evidence, r.evidence...)
+		seqs, observed, sinces = append(seqs, r.seqs...), append(observed, r.observed...), append(sinces, r.sinces...)
+	}
+	b.Queue(insertNewFindingsSQL, ids, clusters, nodes, boots, detectors, gpus, devices, xids, counts, attrs, evidence,
+		seqs, observed, received, sinces, DedupClockSkew)
+}
+
+func (w *findingInsert) read(br pgx.BatchResults) error {
+	if w.useCopy() {
+		return w.readStored(br)
+	}
+	w.counts = make([]int, len(w.sets))
+	index := make(map[[2]string]int, len(w.sets))
+	for i, set := range w.sets {
+		index[[2]string{set.cluster, set.node}] = i
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return err
+	}
+	var (
+		c, node string
+		n       int
+	)
+	_, err = pgx.ForEachRow(rows, []any{&c, &node, &n}, func() error {
+		i, ok := index[[2]string{c, node}]
+		if !ok {
+			return errors.New("insert findings: a count for a node not in the group")
+		}
+		w.counts[i] = n
+		return nil
+	})
+	return err
+}
+
+// readStored reads the result of sqlStoredFindings and counts, per set,
+// the findings that copy will insert.
+func (w *findingInsert) readStored(br pgx.BatchResults) error {
+	w.stored = make([]bool, w.total)
+	rows, err := br.Query()
+	if err != nil {
+		return err
+	}
+	var ord int64
+	_, err = pgx.ForEachRow(rows, []any{&ord}, func() error {
+		if ord < 1 || ord > int64(w.total) {
+			return errors.New("look up stored findings: an ordinal out of range")
+		}
+		w.stored[ord-1] = true
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	w.counts = make([]int, len(w.sets))
+	for i, set := range w.sets {
+		for _, st := range w.stored[set.first : set.first+len(set.rows.ids)] {
+			if !st {
+				w.counts[i]++
+			}
+		}
+	}
+	return nil
+}
+
+// findingCopyColumns are the columns copy writes, in the order of its row
+// values.
+var findingCopyColumns = []string{"id", "cluster", "node", "boot_id", "detector", "gpu_pci", "device_pci",
+	"xid", "count", "attrs", "evidence", "seq", "observed_at", "received_at"}
+
+// copy writes, on the COPY path, the findings the lookup did not find, in
+// one COPY into findings (PostgreSQL routes each row to its day's
+// partition), in tx: the transaction of the lookup's batch.
+func (w *findingInsert) copy(ctx context.Context, tx pgx.Tx) error {
+	n := 0
+	for _, c := range w.counts {
+		n += c
+	}
+	if n == 0 {
+		return nil
+	}
+	set, i, k := 0, 0, 0 // the next finding: w.sets[set].rows row i, flat index k
+	row := make([]any, len(findingCopyColumns))
+	src := pgx.CopyFromFunc(func() ([]any, error) {
+		for ; set < len(w.sets); set, i = set+1, 0 {
+			s := w.sets[set]
+			r := s.rows
+			for ; i < len(r.ids); i, k = i+1, k+1 {
+				if w.stored[k] {
+					continue
+				}
+				row[0], row[1], row[2], row[3], row[4], row[5], row[6] = r.ids[i], s.cluster, s.node, r.bootIDs[i], r.detectors[i], r.gpuPCIs[i], r.devicePCIs[i]
+				row[7], row[8], row[9], row[10], row[11], row[12], row[13] = r.xids[i], r.counts[i], r.attrs[i], r.evidence[i], r.seqs[i], r.observed[i], r.now
+				i, k = i+1, k+1
+				return row, nil
+			}
+		}
+		return nil, nil
+	})
+	got, err := tx.CopyFrom(ctx, pgx.Identifier{"findings"}, findingCopyColumns, src)
+	if err != nil {
+		return err
+	}
+	if got != int64(n) {
+		return fmt.Errorf("copy findings: %d rows copied, want %d", got, n)
+	}
+	return nil
+}
+
+// run sends b, whose last statement queue queued (if any findings were
+// added), and calls read with its results, which must read them all (the
+// statements before, then w.read): in one implicit transaction, or on the
+// COPY path in an explicit one (BEGIN, the batch, the COPY, COMMIT).
+func (w *findingInsert) run(ctx context.Context, pool *pgxpool.Pool, b *pgx.Batch, read func(pgx.BatchResults) error) error {
+	send := func(q interface {
+		SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
+	}) error {
+		br := q.SendBatch(ctx, b)
+		defer br.Close()
+		if err := read(br); err != nil {
+			return err
+		}
+		return br.Close()
+	}
+	if w.total == 0 || !w.useCopy() {
+		return send(pool)
+	}
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if err := send(tx); err != nil {
+			return err
+		}
+		return w.copy(ctx, tx)
+	})
+}
+
+// inserted is how many findings of set i were new (after read).
+func (w *findingInsert) inserted(i int) int { return w.counts[i] }
 
 // dedupSince is the earliest received_at the first copy of a finding
 // observed at observed (zero: unknown), arriving at now, can have.
@@ -332,15 +529,6 @@ func earliest(a, b time.Time) time.Time {
 	}
 	return b
 }
-
-func btoi(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}
-
-var upsertNodeSQL = nodeUpsert(sqlUpsertNodeFromReport)
 
 // nodeUpsert completes a node upsert statement with the shared conflict
 // clause and change test.

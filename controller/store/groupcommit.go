@@ -14,11 +14,12 @@ import (
 // reports with findings alike) are written in groups: each of a few writer
 // goroutines takes the reports waiting when it is free, up to
 // maxReportGroup reports of distinct nodes and maxGroupFindings findings,
-// and writes them in one round trip and one transaction: one lock
-// statement for every node of the group, one multi-row upsert of the nodes,
-// and each report's findings insert, pipelined. Each report is answered only
-// after that transaction committed, with its own Changed and Inserted, the
-// same as written alone. Under load the groups grow on their own (more
+// and writes them in one transaction (writeGroup): one lock statement for
+// every node of the group, one multi-row upsert of the nodes and one insert
+// of the group's new findings with its duplicate check, pipelined in one
+// round trip (a large group: the check in the batch, then one COPY). Each
+// report is answered only after that transaction committed, with its own
+// Changed and Inserted, the same as written alone. Under load the groups grow on their own (more
 // reports arrive while a group is written); alone, a report waits for
 // nobody. A group that fails is written again one report per transaction,
 // so one report's error is its own (an invalid finding fails only its
@@ -35,14 +36,25 @@ const (
 	// deadlines still apply to their wait.
 	reportGroupTimeout = 10 * time.Second
 
-	// The node locks of the group, taken in key order so that two groups
-	// never wait on each other in a cycle (a single report takes one). They
-	// serialize the reports of one node across groups and replicas, as
-	// sqlLockNode does (findings.go).
+	// The node locks of the group, taken first in its transaction
+	// (released at commit) and in key order, so that two groups never wait
+	// on each other in a cycle. They serialize the reports of one node
+	// across groups and replicas, so each statement after them sees
+	// everything an earlier report of the node committed: the change check
+	// of the node upsert compares with the latest facts, and the duplicate
+	// check of findingInsert (findings.go) sees every finding stored before
+	// and nothing can be inserted for the node between that check and the
+	// insert. Reports of different nodes do not wait on each other (a 64-bit
+	// hash; a collision only serializes two nodes). A row lock would not
+	// do: a node's first reports have no row to lock.
 	sqlLockNodes = `
 SELECT count(pg_advisory_xact_lock(k)) FROM (
     SELECT hashtextextended(c || '/' || n, 0) AS k FROM unnest($1::text[], $2::text[]) AS t(c, n) ORDER BY k) keys`
 
+	// The node upsert of a group (the conflict clause, sqlNodeConflict in
+	// findings.go, says what a report may change). It returns, per node,
+	// whether the agent's facts changed (or the row is new): the CTE reads
+	// the old values, after sqlLockNodes.
 	sqlUpsertNodesFromHeartbeats = `
 WITH input AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::jsonb[],
@@ -183,7 +195,7 @@ func (g *reportGroups) work() {
 func (g *reportGroups) write(group []*nodeReport) {
 	ctx, cancel := context.WithTimeout(context.Background(), reportGroupTimeout)
 	defer cancel()
-	res, err := g.s.writeGroup(ctx, group)
+	res, err := g.s.writeGroup(ctx, group, false)
 	if err == nil {
 		g.committed.Add(1)
 		g.reports.Add(int64(len(group)))
@@ -199,7 +211,7 @@ func (g *reportGroups) write(group []*nodeReport) {
 		return
 	}
 	for _, r := range group {
-		one, err := g.s.writeGroup(ctx, []*nodeReport{r})
+		one, err := g.s.writeGroup(ctx, []*nodeReport{r}, false)
 		if err != nil {
 			r.done <- nodeResult{err: err}
 			continue
@@ -210,13 +222,17 @@ func (g *reportGroups) write(group []*nodeReport) {
 	}
 }
 
-// writeGroup writes reports of distinct nodes in one transaction (one
-// pipelined batch in an implicit transaction: node locks, node upsert, then
-// each report's findings insert, sqlInsertFindings, the statement a report
-// written alone runs, so the duplicate check and its answer are the same)
-// and returns, per report, whether the node's facts changed and how many of
-// its findings were new. Nothing is answered before the batch's commit.
-func (s *Store) writeGroup(ctx context.Context, group []*nodeReport) ([]nodeResult, error) {
+// writeGroup writes reports of distinct nodes in one transaction and
+// returns, per report, whether the node's facts changed and how many of its
+// findings were new; with ensureCluster it first creates the cluster row of
+// group[0] (the first report of a cluster this Store has not seen, written
+// alone). One pipelined batch takes the node locks, upserts the nodes and,
+// when the group has findings, inserts those not stored yet
+// (findingInsert, findings.go): one round trip in an implicit transaction,
+// or, for a group of copyMinFindings findings or more, BEGIN, the batch
+// (with a lookup of the stored findings), one COPY, COMMIT. Nothing is
+// answered before the commit.
+func (s *Store) writeGroup(ctx context.Context, group []*nodeReport, ensureCluster bool) ([]nodeResult, error) {
 	n := len(group)
 	var (
 		clusters, nodes, boots, drivers = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
@@ -224,58 +240,77 @@ func (s *Store) writeGroup(ctx context.Context, group []*nodeReport) ([]nodeResu
 		hbs                             = make([][]byte, n)
 		nows, sent                      = make([]time.Time, n), make([]*time.Time, n)
 		index                           = make(map[[2]string]int, n)
-		withFindings                    []int
+		ins                             findingInsert
+		set                             = make([]int, n) // the report's set in ins, -1: none
 	)
 	for i, r := range group {
 		clusters[i], nodes[i], boots[i], drivers[i], kernels[i], agents[i] = r.cluster, r.node, r.boot, r.driver, r.kernel, r.agent
 		hbs[i], nows[i], sent[i] = r.heartbeat, r.now, r.sentAt
 		index[[2]string{r.cluster, r.node}] = i
+		set[i] = -1
+		if r.findingCount() > 0 {
+			set[i] = ins.add(r.cluster, r.node, r.findings)
+		}
 	}
 	b := &pgx.Batch{}
+	if ensureCluster {
+		b.Queue(sqlEnsureCluster, group[0].cluster, group[0].now)
+	}
 	b.Queue(sqlLockNodes, clusters, nodes)
 	b.Queue(upsertNodesSQL, clusters, nodes, boots, drivers, kernels, agents, hbs, nows, sent)
-	for i, r := range group {
-		if r.findingCount() > 0 {
-			r.findings.queue(b, r.cluster, r.node)
-			withFindings = append(withFindings, i)
-		}
-	}
-	br := s.pool.SendBatch(ctx, b)
-	defer br.Close()
-	if _, err := br.Exec(); err != nil {
-		return nil, err
+	if ins.total > 0 {
+		ins.queue(b)
 	}
 	out := make([]nodeResult, n)
-	var (
-		c, name string
-		changed bool
-		got     int
-	)
-	rows, err := br.Query()
-	if err != nil {
-		return nil, err
-	}
-	_, err = pgx.ForEachRow(rows, []any{&c, &name, &changed}, func() error {
-		i, ok := index[[2]string{c, name}]
-		if !ok {
-			return errors.New("upsert nodes: a row for a node not in the group")
+	err := ins.run(ctx, s.pool, b, func(br pgx.BatchResults) error {
+		for range 1 + btoi(ensureCluster) {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
 		}
-		out[i].changed = changed
-		got++
+		var (
+			c, name string
+			changed bool
+			got     int
+		)
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		_, err = pgx.ForEachRow(rows, []any{&c, &name, &changed}, func() error {
+			i, ok := index[[2]string{c, name}]
+			if !ok {
+				return errors.New("upsert nodes: a row for a node not in the group")
+			}
+			out[i].changed = changed
+			got++
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if got != n {
+			return errors.New("upsert nodes: fewer rows than reports")
+		}
+		if ins.total > 0 {
+			return ins.read(br)
+		}
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	if got != n {
-		return nil, errors.New("upsert nodes: fewer rows than reports")
-	}
-	for _, i := range withFindings {
-		tag, err := br.Exec()
-		if err != nil {
-			return nil, err
+	for i := range group {
+		if set[i] >= 0 {
+			out[i].inserted = ins.inserted(set[i])
 		}
-		out[i].inserted = int(tag.RowsAffected())
 	}
-	return out, br.Close()
+	return out, nil
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -24,8 +24,9 @@ type JobIngestResult struct {
 // come from a job's report (finding.JobReport.Findings), not from the
 // nodes' agents: the nodes' agent facts (boot ID, last seen, heartbeat)
 // are left as they are, and a node no agent has reported yet gets no node
-// row. Findings are deduplicated by ID per node as IngestReport's are, all
-// in one transaction with each node's lock taken in key order. Every
+// row. Findings are deduplicated by ID per node as IngestReport's are
+// (findingInsert), all in one transaction (one pipelined batch) with each
+// node's lock taken in key order. Every
 // finding must name its node. Errors wrap ErrInvalid for values no column
 // holds, ErrUnavailable when PostgreSQL cannot be reached.
 func (s *Store) IngestJobFindings(ctx context.Context, cluster string, fs []finding.Finding, now time.Time) (JobIngestResult, error) {
@@ -52,41 +53,39 @@ func (s *Store) IngestJobFindings(ctx context.Context, cluster string, fs []find
 	}
 	// Lock order: the advisory lock keys, as sqlLockNodes takes them.
 	sort.Strings(nodes)
-	var res JobIngestResult
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, known := s.clusters.Load(cluster); !known {
-			if _, err := tx.Exec(ctx, sqlEnsureCluster, cluster, now); err != nil {
+	var (
+		res JobIngestResult
+		ins findingInsert
+	)
+	clusters := make([]string, len(nodes))
+	for i, n := range nodes {
+		clusters[i] = cluster
+		ins.add(cluster, n, byNode[n])
+	}
+	_, known := s.clusters.Load(cluster)
+	b := &pgx.Batch{}
+	if !known {
+		b.Queue(sqlEnsureCluster, cluster, now)
+	}
+	b.Queue(sqlLockNodes, clusters, nodes)
+	ins.queue(b)
+	err := ins.run(ctx, s.pool, b, func(br pgx.BatchResults) error {
+		for range 1 + btoi(!known) {
+			if _, err := br.Exec(); err != nil {
 				return err
 			}
 		}
-		clusters := make([]string, len(nodes))
-		for i := range clusters {
-			clusters[i] = cluster
-		}
-		if _, err := tx.Exec(ctx, sqlLockNodes, clusters, nodes); err != nil {
-			return err
-		}
-		b := &pgx.Batch{}
-		for _, n := range nodes {
-			byNode[n].queue(b, cluster, n)
-		}
-		br := tx.SendBatch(ctx, b)
-		for _, n := range nodes {
-			tag, err := br.Exec()
-			if err != nil {
-				br.Close()
-				return err
-			}
-			if k := int(tag.RowsAffected()); k > 0 {
-				res.Inserted += k
-				res.Nodes = append(res.Nodes, n)
-			}
-		}
-		return br.Close()
+		return ins.read(br)
 	})
 	if err != nil {
 		return JobIngestResult{}, errorf(err, "ingest job findings of cluster %s", cluster)
 	}
 	s.clusters.Store(cluster, true)
+	for i, n := range nodes {
+		if k := ins.inserted(i); k > 0 {
+			res.Inserted += k
+			res.Nodes = append(res.Nodes, n)
+		}
+	}
 	return res, nil
 }
