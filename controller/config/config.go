@@ -154,7 +154,7 @@ const (
 	DefaultLookback     = 7 * 24 * time.Hour
 	DefaultApprovalTTL  = 24 * time.Hour
 	DefaultDrainPerPass = 1
-	DefaultWorkers      = 4
+	DefaultWorkers      = 16
 	// DefaultDeletingFor is how long the replays (controller/shadow,
 	// controller/simulate) count a deletion in flight against
 	// budgets.maxInFlightPerNodePool: the ledger's deleting state lasts

@@ -48,8 +48,9 @@ type Store struct {
 }
 
 // DefaultMaxConns is the connection pool size when the DSN does not set
-// pool_max_conns.
-const DefaultMaxConns = 20
+// pool_max_conns: the ingest group writers take half at most, the
+// reconciler's workers (config.DefaultWorkers, 16) one each.
+const DefaultMaxConns = 32
 
 // Open connects to the database at dsn (a postgres:// URL or a libpq
 // keyword/value string) and checks that it answers. The schema must have been

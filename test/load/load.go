@@ -54,6 +54,7 @@ import (
 
 	"github.com/fleetrepair/fleetrepair/agent/finding"
 	"github.com/fleetrepair/fleetrepair/agent/uplink"
+	"github.com/fleetrepair/fleetrepair/controller/config"
 	"github.com/fleetrepair/fleetrepair/test/envtest"
 	"github.com/fleetrepair/fleetrepair/test/karpentersim"
 	"github.com/fleetrepair/fleetrepair/test/pgtemp"
@@ -103,7 +104,7 @@ type Config struct {
 	WaveMax                  time.Duration // longest wait for the wave's outcome (3m)
 	Toleration               time.Duration // controller --toleration (30s)
 	Resync                   time.Duration // controller --resync (10s, its default)
-	Workers                  int           // controller --workers (4, its default)
+	Workers                  int           // controller --workers (16, its default)
 	// DBPoolConns, when > 0, is pool_max_conns in the controllers'
 	// --database-url. 0 leaves pgxpool's default, max(4, CPUs): 4 on the
 	// 2-core machine, which deadlocks the controller when --workers
@@ -132,7 +133,7 @@ func (c *Config) defaults() {
 	orDefault(&c.SmallAPIServerGOGC, 25)
 	orDefault(&c.ProfileFor, 20*time.Second)
 	orDefault(&c.Zones, 4)
-	orDefault(&c.Workers, 4)
+	orDefault(&c.Workers, config.DefaultWorkers)
 	orDefault(&c.Replicas, 2)
 	orDefault(&c.CreateWorkers, 8)
 	if c.WaveZoneShare == 0 {
