@@ -104,15 +104,12 @@ func (s *Store) ReadNode(ctx context.Context, meta Node, findingsLimit int, now 
 	b.Queue(sqlGetBreakerState)
 	var out NodeSnapshot
 	err := func() error {
-		br := s.pool.SendBatch(ctx, b)
-		defer br.Close()
-		if !knownCluster {
-			if _, err := br.Exec(); err != nil {
-				return err
-			}
+		br, err := s.sendBatch(ctx, b, knownCluster)
+		if err != nil {
+			return err
 		}
+		defer br.Close()
 		rows, _ := br.Query()
-		var err error
 		if out.Node, err = pgx.CollectExactlyOneRow(rows, scanNode); err != nil {
 			return err
 		}
@@ -235,13 +232,11 @@ func (s *Store) WriteNodeLedger(ctx context.Context, w NodeLedger, now time.Time
 	out := NodeLedgerResult{Diagnoses: make([]DiagnosisRecord, len(w.Diagnoses)), Created: make([]bool, len(w.Diagnoses))}
 	found := false
 	err := func() error {
-		br := s.pool.SendBatch(ctx, b)
-		defer br.Close()
-		if !knownCluster {
-			if _, err := br.Exec(); err != nil {
-				return err
-			}
+		br, err := s.sendBatch(ctx, b, knownCluster)
+		if err != nil {
+			return err
 		}
+		defer br.Close()
 		for i := range w.Diagnoses {
 			rows, _ := br.Query()
 			var err error
@@ -288,4 +283,18 @@ func (s *Store) WriteNodeLedger(ctx context.Context, w NodeLedger, now time.Time
 		out.Repair, out.Opened = rp, created
 	}
 	return out, nil
+}
+
+// sendBatch sends b, whose first statement is sqlEnsureCluster unless known
+// (the cluster row this Store has seen), and reads that statement's result.
+// The caller closes the results.
+func (s *Store) sendBatch(ctx context.Context, b *pgx.Batch, known bool) (pgx.BatchResults, error) {
+	br := s.pool.SendBatch(ctx, b)
+	if !known {
+		if _, err := br.Exec(); err != nil {
+			br.Close()
+			return nil, err
+		}
+	}
+	return br, nil
 }

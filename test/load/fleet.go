@@ -210,16 +210,12 @@ func apiServerRSS(env *envtest.Env) (int64, error) {
 		return 0, fmt.Errorf("parse API server address %q: %w", env.Config.Host, err)
 	}
 	port := u.Port()
-	dirs, err := os.ReadDir("/proc")
+	pids, err := processes()
 	if err != nil {
-		return 0, fmt.Errorf("read /proc: %w", err)
+		return 0, err
 	}
-	for _, d := range dirs {
-		pid, err := strconv.Atoi(d.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
+	for _, pid := range pids {
+		b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
 		if err != nil || !strings.Contains(string(b), "kube-apiserver") || !strings.Contains(string(b), "--secure-port="+port+"\x00") {
 			continue
 		}

@@ -62,15 +62,11 @@ func treeCPUSeconds(pid int) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	ents, err := os.ReadDir("/proc")
+	pids, err := processes()
 	if err != nil {
-		return 0, fmt.Errorf("read /proc: %w", err)
+		return 0, err
 	}
-	for _, e := range ents {
-		child, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
+	for _, child := range pids {
 		s, err := readStat(child)
 		if err != nil || s.ppid != pid {
 			continue // gone meanwhile, or not a child
@@ -78,6 +74,21 @@ func treeCPUSeconds(pid int) (float64, error) {
 		total += float64(s.utime+s.stime) / clockTicks
 	}
 	return total, nil
+}
+
+// processes lists the PIDs in /proc (processes may end meanwhile).
+func processes() ([]int, error) {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, fmt.Errorf("read /proc: %w", err)
+	}
+	var out []int
+	for _, e := range ents {
+		if pid, err := strconv.Atoi(e.Name()); err == nil {
+			out = append(out, pid)
+		}
+	}
+	return out, nil
 }
 
 // rssBytes is the resident set size of pid (VmRSS of /proc/PID/status).
