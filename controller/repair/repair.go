@@ -524,6 +524,10 @@ func (r *Reconciler) unhealthy(ctx context.Context, k *kube.Cluster, info kube.N
 	if open.State == ledger.Detected && r.crash("after-quarantine") {
 		return time.Time{}, ErrCrashed
 	}
+	open, err := r.retarget(ctx, open, head, now)
+	if err != nil {
+		return time.Time{}, err
+	}
 	rp, err := r.advance(ctx, k, info, sn, open, head, now)
 	if err != nil || rp.State != ledger.Tolerating {
 		return time.Time{}, err
