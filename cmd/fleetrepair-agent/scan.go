@@ -156,6 +156,10 @@ func (o scanOptions) run(ctx context.Context, args []string, s streams) error {
 		if k := res.Kernel; k != nil {
 			fmt.Fprintf(s.err, "scan %s: kernel log (%s), %d lines, %d records, %d unparsed lines (examined as raw text), %d findings (%d events)%s\n",
 				in.name, res.Format, k.Text.Lines, k.Text.Records, k.Text.Unparsed, len(res.Findings), sum(k.Detect.Findings), timing(res))
+			if k.Detect.Rejected > 0 {
+				fmt.Fprintf(s.err, "scan %s: %d driver lines rejected (a number out of range; no finding made), last: %s\n",
+					in.name, k.Detect.Rejected, k.Detect.LastRejected)
+			}
 		} else {
 			fmt.Fprintf(s.err, "scan %s: %s, %d lines, %d findings%s\n", in.name, res.Format, res.Lines, len(res.Findings), timing(res))
 		}

@@ -261,7 +261,10 @@ func (p *parser) rest(rec string, at time.Time) bool {
 		return true
 	}
 	if m := xidCritical.FindStringSubmatch(rec); m != nil {
-		xid, _ := strconv.Atoi(m[1])
+		xid, err := finding.ParseNumber("xid", m[1], 1, finding.MaxXid)
+		if err != nil {
+			return false // an out-of-range Xid: the line is not read, never cut short
+		}
 		p.add("xidc\x00"+m[1]+"\x00"+m[2], finding.Finding{Detector: finding.DetectorDevicePlugin, Time: at, Xid: xid,
 			Attrs:    map[string]string{finding.AttrGPUUUID: m[2], finding.AttrError: "device marked unhealthy after Xid " + m[1]},
 			Evidence: []string{rec}})
