@@ -114,6 +114,9 @@ const (
 	AttrSystem            = "system"                 // dcgm-health: the DCGM health watch system (mem, pcie, nvlink, ...)
 	AttrNVMLIndex         = "nvml_index"             // device-plugin: the NVML device index named in the error
 	AttrWithheldGPUs      = "withheld_gpus"          // device-plugin: GPUs in capacity but not allocatable
+	AttrResource          = "resource"               // device-plugin withheld: the extended resource (nvidia.com/gpu)
+	AttrCapacity          = "capacity"               // device-plugin withheld: the Node's capacity of it
+	AttrAllocatable       = "allocatable"            // device-plugin withheld: the Node's allocatable count of it
 	AttrLastSeenActiveMax = "last_seen_active_max"   // runtime-wedge kubelet-pleg: longest "last seen active" duration
 	AttrThreshold         = "threshold"              // runtime-wedge kubelet-pleg: the kubelet's threshold
 	AttrExpected          = "expected"               // gpu-count: GPUs expected on the node
