@@ -2,8 +2,10 @@ package kubeapi
 
 import (
 	"context"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -810,4 +812,80 @@ func podOf(t *testing.T, o *unstructured.Unstructured) *corev1.Pod {
 	pod := &corev1.Pod{ObjectMeta: tmpl.ObjectMeta, Spec: tmpl.Spec}
 	pod.Name, pod.Namespace = o.GetName()+"-pod", namespace
 	return pod
+}
+
+// TestChartRBACText: the controller row of deploy/chart/README.md's
+// permissions table names exactly the rules the chart renders ("`group/
+// resource` verb/verb" items; core resources without a group), for the
+// ClusterRole and the namespace Role, secrets included when
+// clusterSecrets is on.
+func TestChartRBACText(t *testing.T) {
+	envtest.Tool(t, "helm")
+	root, err := envtest.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile(filepath.Join(root, "deploy", "chart", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var row string
+	for _, line := range strings.Split(string(readme), "\n") {
+		if strings.HasPrefix(line, "| controller |") {
+			row = line
+		}
+	}
+	cluster, rest, ok := strings.Cut(row, "Role in the release namespace:")
+	if !ok {
+		t.Fatalf("README controller row %q lacks its Role part", row)
+	}
+	role, _, _ := strings.Cut(rest, "Nothing else")
+	item := regexp.MustCompile("`([a-z0-9./-]+)` ([a-z]+(?:/[a-z]+)*)")
+	fromText := func(text string) []string {
+		var out []string
+		for _, m := range item.FindAllStringSubmatch(text, -1) {
+			if strings.Contains(m[1], "do-not-disrupt") {
+				continue
+			}
+			for _, v := range strings.Split(m[2], "/") {
+				out = append(out, m[1]+" "+v)
+			}
+		}
+		slices.Sort(out)
+		return slices.Compact(out)
+	}
+	objs, err := render(t, baseValues+"  clusterSecrets: {enabled: true}\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromRules := func(kind string) []string {
+		var out []string
+		for _, o := range objs {
+			if o.GetKind() != kind {
+				continue
+			}
+			rules, _, _ := unstructured.NestedSlice(o.Object, "rules")
+			for _, r := range rules {
+				m := r.(map[string]any)
+				for _, g := range m["apiGroups"].([]any) {
+					for _, res := range m["resources"].([]any) {
+						for _, v := range m["verbs"].([]any) {
+							name := res.(string)
+							if g.(string) != "" {
+								name = g.(string) + "/" + name
+							}
+							out = append(out, name+" "+v.(string))
+						}
+					}
+				}
+			}
+		}
+		slices.Sort(out)
+		return slices.Compact(out)
+	}
+	for _, c := range []struct{ kind, text string }{{"ClusterRole", cluster}, {"Role", role}} {
+		if got, want := fromText(c.text), fromRules(c.kind); !slices.Equal(got, want) {
+			t.Errorf("README says the %s grants\n  %v\nthe chart renders\n  %v", c.kind, got, want)
+		}
+	}
 }
