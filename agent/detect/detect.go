@@ -31,6 +31,7 @@
 package detect
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -78,6 +79,12 @@ type Stats struct {
 	Unparsed uint64            // records fed with kmsg.Record.Unparsed set (still examined)
 	Findings map[string]uint64 // findings returned, by detector
 	Held     int               // events held open right now
+	// Rejected counts the records that had the form of a driver line (an
+	// Xid, an SXid) but a number out of its range (finding.ParseNumber):
+	// they give no finding and no rule sees them. LastRejected is the
+	// reason for the latest, with its line ("" when none).
+	Rejected     uint64
+	LastRejected string
 }
 
 // Detector turns records into findings. Feed, Expire and Flush must be
@@ -93,10 +100,11 @@ type Detector struct {
 	open    []*group // held events, oldest first
 	portGPU map[string]string
 
-	records, unparsed atomic.Uint64
-	held              atomic.Int64
-	mu                sync.Mutex
-	found             map[string]uint64
+	records, unparsed, rejected atomic.Uint64
+	held                        atomic.Int64
+	mu                          sync.Mutex
+	found                       map[string]uint64
+	lastRejected                string
 }
 
 // New returns a Detector.
@@ -129,8 +137,22 @@ func (d *Detector) Stats() Stats {
 	for k, v := range d.found {
 		found[k] = v
 	}
+	last := d.lastRejected
 	d.mu.Unlock()
-	return Stats{Records: d.records.Load(), Unparsed: d.unparsed.Load(), Findings: found, Held: int(d.held.Load())}
+	return Stats{Records: d.records.Load(), Unparsed: d.unparsed.Load(), Findings: found, Held: int(d.held.Load()),
+		Rejected: d.rejected.Load(), LastRejected: last}
+}
+
+// reject counts a record rejected for err (an out-of-range number).
+func (d *Detector) reject(rec kmsg.Record, err error) {
+	line := rec.Raw
+	if len(line) > 200 {
+		line = line[:200] + "..."
+	}
+	d.rejected.Add(1)
+	d.mu.Lock()
+	d.lastRejected = fmt.Sprintf("%v, in line %q", err, line)
+	d.mu.Unlock()
 }
 
 type groupKind uint8
@@ -219,13 +241,23 @@ func (d *Detector) ScanRecords(recs []kmsg.Record) []finding.Finding {
 func (d *Detector) examine(rec kmsg.Record, closed, cur *[]finding.Finding) {
 	msg := rec.Message
 	if strings.Contains(msg, "NVRM: Xid (") {
-		if x, ok := parseXid(msg); ok {
+		x, ok, err := parseXid(msg)
+		if err != nil {
+			d.reject(rec, err)
+			return
+		}
+		if ok {
 			d.xid(rec, x, closed, cur)
 			return // an Xid line is an Xid finding and nothing else
 		}
 	}
 	if strings.Contains(msg, "SXid (") {
-		if s, ok := parseSXid(msg); ok {
+		s, ok, err := parseSXid(msg)
+		if err != nil {
+			d.reject(rec, err)
+			return
+		}
+		if ok {
 			d.sxid(rec, s, closed, cur)
 			return
 		}

@@ -37,7 +37,7 @@ func TestParseXid(t *testing.T) {
 		{"NVRM: GPU at PCI:0000:02:00: GPU-00000000-0000-0000-0000-000000000001", xidLine{}, false},
 	}
 	for _, tt := range tests {
-		got, ok := parseXid(tt.line)
+		got, ok, _ := parseXid(tt.line)
 		if ok != tt.ok || got != tt.want {
 			t.Errorf("parseXid(%q) = %+v, %v; want %+v, %v", tt.line, got, ok, tt.want, tt.ok)
 		}
@@ -71,9 +71,9 @@ func TestXidAttrs(t *testing.T) {
 			map[string]string{"fatal": "true", "links": "4"}},
 	}
 	for _, tt := range tests {
-		x, ok := parseXid(tt.line)
+		x, ok, err := parseXid(tt.line)
 		if !ok {
-			t.Fatalf("parseXid(%q) failed", tt.line)
+			t.Fatalf("parseXid(%q) failed: %v", tt.line, err)
 		}
 		got := d.xidAttrs(x)
 		if len(got) != len(tt.want) {

@@ -2,6 +2,7 @@ package detect
 
 import (
 	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/fleetrepair/fleetrepair/agent/finding"
@@ -23,10 +24,10 @@ import (
 // open event is an event of its own, whose summary was printed before the
 // input starts.
 var (
-	sxidRE = regexp.MustCompile(`SXid \((?:PCI:)?([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?)\): (\d{1,6})(?:,\s*(.*))?`)
+	sxidRE = regexp.MustCompile(`SXid \((?:PCI:)?([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?)\): (\d+)(?:,\s*(.*))?`)
 	// sxidSummaryRE reads "Non-fatal, Link 62 egress non-posted PRIV error (First)";
 	// older drivers print "Fatal error," and some events name no link.
-	sxidSummaryRE = regexp.MustCompile(`(?i)^(non-fatal|fatal)(?: error)?\b,?\s*(?:link (\d{1,3})\b,?\s*)?(.*?)\s*(?:\((?:first|subsequent)[^)]*\))?\s*$`)
+	sxidSummaryRE = regexp.MustCompile(`(?i)^(non-fatal|fatal)(?: error)?\b,?\s*(?:link (\d+)\b,?\s*)?(.*?)\s*(?:\((?:first|subsequent)[^)]*\))?\s*$`)
 )
 
 // sxidLine is what one SXid line says.
@@ -37,17 +38,24 @@ type sxidLine struct {
 	attrs        map[string]string
 }
 
-// parseSXid reads an SXid line; ok is false when msg holds none.
-func parseSXid(msg string) (sxidLine, bool) {
+// parseSXid reads an SXid line; ok is false when msg holds none. err is set
+// (and ok false) when the SXid or link number is out of range: the line is
+// rejected, never read with a number cut short.
+func parseSXid(msg string) (sxidLine, bool, error) {
 	m := sxidRE.FindStringSubmatch(msg)
 	if m == nil {
-		return sxidLine{}, false
+		return sxidLine{}, false, nil
 	}
 	dev, err := finding.NormalizePCI(m[1])
 	if err != nil {
-		return sxidLine{}, false
+		return sxidLine{}, false, nil
 	}
-	s := sxidLine{device: dev, sxid: m[2], attrs: map[string]string{finding.AttrSXid: m[2]}}
+	n, err := finding.ParseNumber("sxid", m[2], 1, finding.MaxSXid)
+	if err != nil {
+		return sxidLine{}, false, err
+	}
+	id := strconv.Itoa(n)
+	s := sxidLine{device: dev, sxid: id, attrs: map[string]string{finding.AttrSXid: id}}
 	rest := strings.TrimSpace(m[3])
 	switch {
 	case strings.HasPrefix(rest, "Data"):
@@ -57,16 +65,17 @@ func parseSXid(msg string) (sxidLine, bool) {
 		s.summary = true
 		s.attrs[finding.AttrSeverity] = strings.ToLower(sm[1])
 		if sm[2] != "" {
-			s.attrs[finding.AttrLink] = strings.TrimLeft(sm[2], "0")
-			if s.attrs[finding.AttrLink] == "" {
-				s.attrs[finding.AttrLink] = "0"
+			l, err := finding.ParseNumber("link", sm[2], 0, finding.MaxLink)
+			if err != nil {
+				return sxidLine{}, false, err
 			}
+			s.attrs[finding.AttrLink] = strconv.Itoa(l)
 		}
 		if e := strings.TrimSpace(sm[3]); e != "" {
 			s.attrs[finding.AttrError] = e
 		}
 	}
-	return s, true
+	return s, true, nil
 }
 
 // sxid turns an SXid line into (part of) an nvswitch-sxid event.

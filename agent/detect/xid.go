@@ -27,11 +27,11 @@ type xidLine struct {
 //
 // The Xid catalog (https://docs.nvidia.com/deploy/xid-errors/) documents the
 // numbers; the driver formats come from the case corpus.
-var xidRE = regexp.MustCompile(`NVRM: Xid \((?:PCI:)?([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?)\): (\d{1,5})(?:,\s*([^\n]*))?`)
+var xidRE = regexp.MustCompile(`NVRM: Xid \((?:PCI:)?([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?)\): (\d+)(?:,\s*([^\n]*))?`)
 
 var (
 	// causedByRE: newer drivers name the error an Xid 45 teardown follows (c04).
-	causedByRE = regexp.MustCompile(`caused by previous Xid (\d{1,5})`)
+	causedByRE = regexp.MustCompile(`caused by previous Xid (\d+)`)
 	// recoveryRE: Xid 154 "GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)" (c09).
 	recoveryRE = regexp.MustCompile(`recovery action changed from \S+ \([^)]*\) to \S+ \(([^)]*)\)`)
 	// mmuFaultRE: Xid 31 "MMU Fault: ENGINE GRAPHICS GPC2 ... Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_READ" (c10).
@@ -44,7 +44,7 @@ var (
 	resetRE     = regexp.MustCompile(`(?:^|[^-\w])RST: (Yes|No)\b`)
 	// linkRE: the NVLink a link-level Xid names ("TLC RX interrupt hit on
 	// link 4", "NVLink: fatal error detected on link 14").
-	linkRE = regexp.MustCompile(`(?i)\blink (\d{1,3})\b`)
+	linkRE = regexp.MustCompile(`(?i)\blink (\d+)\b`)
 	// nvlinkSevRE reads the severity an NVLink5 Xid (144-150) prints after
 	// its unit: "145, RLW_RXPIPE Nonfatal XC0 i0 Link 13 (...)".
 	nvlinkSevRE = regexp.MustCompile(`(?i)\b(non-?fatal|fatal)\b`)
@@ -55,18 +55,30 @@ var (
 // link number is a fact (attr links, unioned by Aggregate).
 func linkXid(xid int) bool { return xid == 74 || xid == 137 || xid >= 144 && xid <= 150 }
 
-// parseXid reads an Xid line; ok is false when msg holds none.
-func parseXid(msg string) (xidLine, bool) {
+// parseXid reads an Xid line; ok is false when msg holds none. err is set
+// (and ok false) for an Xid line whose numbers are out of range (the Xid,
+// the Xid 45 cause, an NVLink number): such a line is rejected whole, never
+// read with its number cut to the digits that fit.
+func parseXid(msg string) (x xidLine, ok bool, err error) {
 	m := xidRE.FindStringSubmatch(msg)
 	if m == nil {
-		return xidLine{}, false
+		return xidLine{}, false, nil
 	}
-	n, err := strconv.Atoi(m[2])
-	if err != nil || n <= 0 || n > finding.MaxXid { // the wire contract's range
-
-		return xidLine{}, false
+	n, err := finding.ParseNumber("xid", m[2], 1, finding.MaxXid) // the wire contract's range
+	if err != nil {
+		return xidLine{}, false, err
 	}
-	x := xidLine{xid: n}
+	if c := causedByRE.FindStringSubmatch(m[3]); c != nil {
+		if _, err := finding.ParseNumber("caused-by xid", c[1], 1, finding.MaxXid); err != nil {
+			return xidLine{}, false, err
+		}
+	}
+	if l := linkRE.FindStringSubmatch(m[3]); l != nil && linkXid(n) {
+		if _, err := finding.ParseNumber("link", l[1], 0, finding.MaxLink); err != nil {
+			return xidLine{}, false, err
+		}
+	}
+	x = xidLine{xid: n}
 	if pci, err := finding.NormalizePCI(m[1]); err == nil {
 		x.pci = pci
 	}
@@ -85,7 +97,7 @@ func parseXid(msg string) (xidLine, bool) {
 		}
 	}
 	x.text = rest
-	return x, true
+	return x, true, nil
 }
 
 // xidAttrs returns the facts of an Xid line beyond GPU and number.

@@ -114,6 +114,9 @@ const (
 	AttrSystem            = "system"                 // dcgm-health: the DCGM health watch system (mem, pcie, nvlink, ...)
 	AttrNVMLIndex         = "nvml_index"             // device-plugin: the NVML device index named in the error
 	AttrWithheldGPUs      = "withheld_gpus"          // device-plugin: GPUs in capacity but not allocatable
+	AttrResource          = "resource"               // device-plugin withheld: the extended resource (nvidia.com/gpu)
+	AttrCapacity          = "capacity"               // device-plugin withheld: the Node's capacity of it
+	AttrAllocatable       = "allocatable"            // device-plugin withheld: the Node's allocatable count of it
 	AttrLastSeenActiveMax = "last_seen_active_max"   // runtime-wedge kubelet-pleg: longest "last seen active" duration
 	AttrThreshold         = "threshold"              // runtime-wedge kubelet-pleg: the kubelet's threshold
 	AttrExpected          = "expected"               // gpu-count: GPUs expected on the node
@@ -300,7 +303,41 @@ const (
 	// controller stores (and diagnoses as unknown), never a refused report.
 	MaxXid   = 99999
 	MaxCount = 1<<31 - 1 // counts fit PostgreSQL's integer
+	// MaxSXid is the largest NVSwitch SXid number a parser accepts: the
+	// catalogue's numbers have five digits (11001..24007); six leave room
+	// for new ones.
+	MaxSXid = 999999
+	// MaxLink is the largest NVLink / NVSwitch port number a parser
+	// accepts: a switch has at most 64 ports today; 255 leaves headroom.
+	MaxLink = 255
 )
+
+// ErrOutOfRange is returned (wrapped) by ParseNumber for a number outside
+// its field's range or too long to represent.
+var ErrOutOfRange = errors.New("number out of range")
+
+// ParseNumber reads the decimal number s (digits only, no sign) of the
+// field named field (used in the error: "xid", "sxid", "link") and checks
+// it lies in lo..hi. Parsers call it for every number they keep, so that an
+// oversized number is rejected with a reason instead of being truncated to
+// the digits a pattern happened to capture. Errors: a malformed number, or
+// one outside lo..hi (ErrOutOfRange, wrapped), e.g.
+// `parse xid "99999999999999999999": not in 1..99999: number out of range`.
+func ParseNumber(field, s string, lo, hi int) (int, error) {
+	if s == "" {
+		return 0, fmt.Errorf("parse %s: empty number", field)
+	}
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return 0, fmt.Errorf("parse %s %q: not a decimal number", field, s)
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < int64(lo) || n > int64(hi) {
+		return 0, fmt.Errorf("parse %s %q: not in %d..%d: %w", field, s, lo, hi, ErrOutOfRange)
+	}
+	return int(n), nil
+}
 
 // Sanitize makes every string of the report storable and safe to print
 // without losing information: NUL bytes, which PostgreSQL text and jsonb

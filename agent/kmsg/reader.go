@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -54,6 +55,12 @@ type ReaderOptions struct {
 	// cannot be polled (regular files).
 	Coalesce time.Duration
 
+	// ResumeAfter, when non-zero, skips records whose sequence number is
+	// at most it: a reader reopened after a failure (Device) does not
+	// deliver again what the one before it delivered. Records lost in
+	// between still count in Lost.
+	ResumeAfter uint64
+
 	// open replaces os.OpenFile in tests.
 	open func(path string) (file, error)
 }
@@ -95,6 +102,7 @@ type Reader struct {
 
 	read, delivered, filtered, unparsed, lost, overruns, lastSeq atomic.Uint64
 	haveSeq                                                      bool
+	resumeAfter                                                  uint64
 }
 
 // Open opens the device (and seeks to its end with SeekEnd), so that errors
@@ -119,12 +127,13 @@ func Open(opts ReaderOptions) (*Reader, error) {
 		}
 	}
 	return &Reader{
-		path:       path,
-		f:          f,
-		acceptUser: opts.AcceptUserFacility,
-		coalesce:   opts.Coalesce,
-		bootWall:   bootWallTime(),
-		buf:        make([]byte, readBufSize),
+		path:        path,
+		f:           f,
+		acceptUser:  opts.AcceptUserFacility,
+		coalesce:    opts.Coalesce,
+		bootWall:    bootWallTime(),
+		buf:         make([]byte, readBufSize),
+		resumeAfter: opts.ResumeAfter,
 	}, nil
 }
 
@@ -284,7 +293,13 @@ func (r *Reader) deliver(ctx context.Context, out chan<- Record, line string) bo
 		r.unparsed.Add(1)
 		rec = Record{Prio: PrioUnknown, Facility: FacilityUnknown, Usec: -1, Message: line, Raw: line, Unparsed: true}
 	} else {
+		if r.resumeAfter > 0 && rec.Seq <= r.resumeAfter {
+			return true // delivered by the reader before this one
+		}
 		last := r.lastSeq.Load()
+		if !r.haveSeq && r.resumeAfter > 0 {
+			last, r.haveSeq = r.resumeAfter, true
+		}
 		if r.haveSeq && rec.Seq > last+1 {
 			r.lost.Add(rec.Seq - last - 1)
 		}
@@ -305,4 +320,96 @@ func (r *Reader) deliver(ctx context.Context, out chan<- Record, line string) bo
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// Device is the kernel log device as a source that can be opened again
+// after a failure: Open opens a fresh Reader (resuming after the last
+// record the one before delivered), Run reads with it until ctx ends or
+// reading fails, and Lost sums the records lost over every Reader. The
+// agent pipeline (agent/pipeline) opens it, and when Open or Run fails it
+// reports the kernel log unknown and opens it again with backoff, so a
+// device the container may not open never stops the other monitors.
+// Open, Run and Close are called from one goroutine; Lost from any.
+type Device struct {
+	Options ReaderOptions
+
+	mu         sync.Mutex
+	r          *Reader
+	lostBefore uint64 // records lost by closed Readers
+	lastSeq    uint64 // last sequence number a closed Reader read
+}
+
+// Open opens the device. Errors: those of Open (missing device, EPERM).
+func (d *Device) Open() error {
+	d.mu.Lock()
+	if d.r != nil {
+		d.retire()
+	}
+	opts := d.Options
+	if d.lastSeq > 0 {
+		opts.ResumeAfter, opts.SeekEnd = d.lastSeq, false
+	}
+	d.mu.Unlock()
+	r, err := Open(opts)
+	if err != nil {
+		return err
+	}
+	d.mu.Lock()
+	d.r = r
+	d.mu.Unlock()
+	return nil
+}
+
+// retire closes the current Reader and keeps its counters; d.mu is held.
+func (d *Device) retire() {
+	d.r.Close()
+	d.lostBefore += d.r.Lost()
+	if st := d.r.Stats(); st.LastSeq > d.lastSeq {
+		d.lastSeq = st.LastSeq
+	}
+	d.r = nil
+}
+
+// Run reads records into out (Reader.Run), opening the device first when
+// Open was not called. The Reader is closed when Run returns.
+func (d *Device) Run(ctx context.Context, out chan<- Record) error {
+	d.mu.Lock()
+	r := d.r
+	d.mu.Unlock()
+	if r == nil {
+		if err := d.Open(); err != nil {
+			return err
+		}
+		d.mu.Lock()
+		r = d.r
+		d.mu.Unlock()
+	}
+	err := r.Run(ctx, out)
+	d.mu.Lock()
+	if d.r == r {
+		d.retire()
+	}
+	d.mu.Unlock()
+	return err
+}
+
+// Lost returns the records lost so far, over every Reader opened.
+func (d *Device) Lost() uint64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n := d.lostBefore
+	if d.r != nil {
+		n += d.r.Lost()
+	}
+	return n
+}
+
+// Close closes the open Reader, if any.
+func (d *Device) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.r != nil {
+		d.retire()
+	}
+	return nil
 }

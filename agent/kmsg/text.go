@@ -71,10 +71,12 @@ type TextOptions struct {
 	// syslog, journalctl). Default: time.Local, the zone those tools print in.
 	Location *time.Location
 	// Year completes syslog and journalctl dates, which carry no year.
-	// Default: the current year, or the year before for a date that would
-	// otherwise lie more than two days in the future (a log from last
-	// December read in January).
+	// Default: the latest year that puts the date no later than Now plus
+	// MaxZoneAhead (CompleteYear): a log from last December read in
+	// January is last year's, "Dec  2" read on Dec 1 is last year's too.
 	Year int
+	// Now is the time the year is guessed against; default time.Now().
+	Now time.Time
 	// MaxLineBytes cuts longer lines (the rest of the line is discarded and
 	// counted in TextStats.Truncated). Default 64 KiB; the kernel's own limit
 	// for one record is 8 KiB.
@@ -127,7 +129,11 @@ func NewTextParser(r io.Reader, format Format, opts TextOptions) *TextParser {
 	if p.loc == nil {
 		p.loc = time.Local
 	}
-	p.now = time.Now().In(p.loc)
+	p.now = opts.Now
+	if p.now.IsZero() {
+		p.now = time.Now()
+	}
+	p.now = p.now.In(p.loc)
 	if p.year == 0 {
 		p.year, p.guess = p.now.Year(), true
 	}
@@ -466,9 +472,10 @@ func (p *TextParser) parseSyslog(line string) (Record, lineKind) {
 		if err != nil {
 			return Record{}, lineUnparsed
 		}
-		t = time.Date(p.year, v.Month(), v.Day(), v.Hour(), v.Minute(), v.Second(), v.Nanosecond(), p.loc)
-		if p.guess && t.After(p.now.Add(48*time.Hour)) {
-			t = t.AddDate(-1, 0, 0)
+		if p.guess {
+			t = CompleteYear(v, p.now)
+		} else {
+			t = time.Date(p.year, v.Month(), v.Day(), v.Hour(), v.Minute(), v.Second(), v.Nanosecond(), p.loc)
 		}
 		rest = strings.TrimLeft(rest[end:], " ")
 	}
@@ -501,6 +508,29 @@ func (p *TextParser) parseSyslog(line string) (Record, lineKind) {
 	}
 	rec.Message = strings.ReplaceAll(msg, "#012", "\n")
 	return rec, lineRecord
+}
+
+// MaxZoneAhead is the largest time-zone offset ahead of UTC (UTC+14,
+// Line Islands): a log line stamped in local time is at most this far ahead
+// of the reader's clock, whatever zone the node printed it in.
+const MaxZoneAhead = 14 * time.Hour
+
+// CompleteYear gives a date read without a year (syslog "Dec  2 11:38:27",
+// glog "I1202 11:38:27"; v's year is ignored, its location kept) the latest
+// year that puts it no later than now + MaxZoneAhead: a log line cannot come
+// from the future. So on 2026-12-01 "Dec  2 11:38" is 2025-12-02, on
+// 2027-01-01 "Dec 31" is 2026-12-31, and on 2026-12-31 at 23:00 UTC a
+// "Jan  1 05:00" stamped by a node in a zone already in the new year is
+// 2027-01-01. Feb 29 goes to the latest leap year that fits.
+func CompleteYear(v, now time.Time) time.Time {
+	limit := now.Add(MaxZoneAhead)
+	for y := now.Year() + 1; y > now.Year()-9; y-- {
+		t := time.Date(y, v.Month(), v.Day(), v.Hour(), v.Minute(), v.Second(), v.Nanosecond(), v.Location())
+		if t.Month() == v.Month() && !t.After(limit) {
+			return t
+		}
+	}
+	return time.Date(now.Year()-1, v.Month(), v.Day(), v.Hour(), v.Minute(), v.Second(), v.Nanosecond(), v.Location())
 }
 
 func isMonth(s string) bool {

@@ -21,6 +21,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/fleetrepair/fleetrepair/agent/detect"
@@ -51,6 +52,21 @@ type Source interface {
 type LostCounter interface {
 	Lost() uint64
 }
+
+// Opener is implemented by sources that open their input before Run (the
+// live kernel log, kmsg.Device): the pipeline calls Open, reports the
+// kernel-log monitor ok once it succeeded, then calls Run.
+type Opener interface {
+	Open() error
+}
+
+// Kernel-log source retry bounds (Config.SourceRetry): a source that cannot
+// be opened, or whose Run fails, is tried again after SourceRetry, doubling
+// up to MaxSourceRetry.
+const (
+	DefaultSourceRetry = time.Second
+	MaxSourceRetry     = time.Minute
+)
 
 // Replay is a Source that reads a kernel-log file (any format kmsg.ParseText
 // knows) once, optionally pacing records by Interval.
@@ -128,12 +144,26 @@ type Config struct {
 	Pushers  []source.Pusher
 	// Schedule configures the scheduler (Node defaults to Detector.Node).
 	Schedule schedule.Options
+	// SourceRetry is the first wait before the kernel-log source is tried
+	// again after it failed to open or read (default DefaultSourceRetry,
+	// doubling to MaxSourceRetry).
+	SourceRetry time.Duration
+	// Registerer, when set, gets the pipeline's metrics:
+	// fleetrepair_agent_monitor_state{monitor,state} (1 for each monitor's
+	// current state, 0 for the others) and
+	// fleetrepair_agent_source_failures_total{source} (kernel-log source
+	// failures: open or read).
+	Registerer prometheus.Registerer
 }
 
 // Run reads the source, detects, and sends until ctx ends. A finite source
 // (Replay) ending does not stop the agent: it keeps heartbeating, as a node
-// whose kernel log went quiet does. It returns the first error of the source
-// or the uplink.
+// whose kernel log went quiet does. A source that fails to open or read
+// does not stop it either: the kernel-log monitor turns unknown with the
+// error as its reason (heartbeat, metric), the failure is logged and
+// counted, and the source is opened and run again with backoff
+// (SourceRetry) while the other monitors go on. It returns the first error
+// of the uplink or the scheduler.
 func Run(ctx context.Context, cfg Config) error {
 	if cfg.Source == nil || cfg.Uplink == nil {
 		return errors.New("run agent pipeline: Source and Uplink are required")
@@ -144,16 +174,24 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
+	if cfg.SourceRetry <= 0 {
+		cfg.SourceRetry = DefaultSourceRetry
+	}
+	met, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return fmt.Errorf("run agent pipeline: %w", err)
+	}
 	det := detect.New(cfg.Detector)
 	recs := make(chan kmsg.Record, 256)
+	st := newState(cfg.Uplink, met)
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return cfg.Uplink.Run(ctx) })
 	g.Go(func() error {
 		defer close(recs)
-		return cfg.Source.Run(ctx, recs)
+		runSource(ctx, cfg, st, met, recs)
+		return nil
 	})
 
-	st := newState(cfg.Uplink)
 	send := func(fs []finding.Finding) {
 		for _, f := range fs {
 			if f.Detector == finding.DetectorDriverVersion {
@@ -174,7 +212,6 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		send(fs)
 	}
-	st.apply(KernelLogMonitor, source.Result{State: finding.StateOK})
 	for _, m := range cfg.Monitors {
 		st.apply(m.Checker.Name(), source.Result{State: finding.StateUnknown, Reason: "not checked yet"})
 	}
@@ -228,6 +265,79 @@ func Run(ctx context.Context, cfg Config) error {
 	return g.Wait()
 }
 
+// runSource runs the kernel-log source until it ends (a finite input: the
+// kernel-log monitor stays ok) or ctx ends. Each failure to open or read
+// makes the monitor unknown, is logged and counted, and is followed by a
+// wait (cfg.SourceRetry, doubling to MaxSourceRetry; back to SourceRetry
+// after a run that lasted MaxSourceRetry) and another try.
+func runSource(ctx context.Context, cfg Config, st *state, met *metrics, out chan<- kmsg.Record) {
+	op, opens := cfg.Source.(Opener)
+	if opens {
+		st.apply(KernelLogMonitor, source.Result{State: finding.StateUnknown, Reason: "not opened yet"})
+	}
+	wait := cfg.SourceRetry
+	for {
+		var err error
+		if opens {
+			err = op.Open()
+		}
+		if err == nil {
+			st.apply(KernelLogMonitor, source.Result{State: finding.StateOK})
+			began := time.Now()
+			if err = cfg.Source.Run(ctx, out); err == nil {
+				return // a finite input ended, or ctx did
+			}
+			if time.Since(began) >= MaxSourceRetry {
+				wait = cfg.SourceRetry
+			}
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		st.apply(KernelLogMonitor, source.Result{State: finding.StateUnknown, Reason: err.Error()})
+		met.sourceFailures.WithLabelValues(KernelLogMonitor).Inc()
+		cfg.Log.Warn("kernel log source failed; the other monitors go on, retrying", "err", err, "retry_in", wait)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		wait = min(2*wait, MaxSourceRetry)
+	}
+}
+
+// metrics are the pipeline's Prometheus metrics (Config.Registerer).
+type metrics struct {
+	monitorState   *prometheus.GaugeVec
+	sourceFailures *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		monitorState: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "fleetrepair_agent", Name: "monitor_state",
+			Help: "1 for each monitor's current state (ok, failing, unknown, absent), 0 for its other states; the heartbeat carries the reason.",
+		}, []string{"monitor", "state"}),
+		sourceFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "fleetrepair_agent", Name: "source_failures_total",
+			Help: "Failures of the kernel-log source to open or read; each is retried with backoff.",
+		}, []string{"source"}),
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.monitorState, m.sourceFailures} {
+			if err := reg.Register(c); err != nil {
+				return nil, fmt.Errorf("register pipeline metrics: %w", err)
+			}
+		}
+	}
+	return m, nil
+}
+
+// monitorStates are the values of the state label.
+var monitorStates = []string{finding.StateOK, finding.StateFailing, finding.StateUnknown, finding.StateAbsent}
+
 // state is the heartbeat the pipeline maintains: every monitor's state
 // (Since changes only when the state does), the GPU inventory (NVML's when
 // it has one, else sysfs's), the driver version (NVML's, else the kernel
@@ -236,6 +346,7 @@ func Run(ctx context.Context, cfg Config) error {
 type state struct {
 	mu        sync.Mutex
 	up        *uplink.Uplink
+	met       *metrics
 	monitors  map[string]finding.MonitorState
 	gpus      map[string][]finding.GPU
 	driver    string // from a monitor (NVML)
@@ -245,8 +356,8 @@ type state struct {
 	lostRecs  uint64
 }
 
-func newState(up *uplink.Uplink) *state {
-	return &state{up: up, monitors: map[string]finding.MonitorState{}, gpus: map[string][]finding.GPU{}}
+func newState(up *uplink.Uplink, met *metrics) *state {
+	return &state{up: up, met: met, monitors: map[string]finding.MonitorState{}, gpus: map[string][]finding.GPU{}}
 }
 
 func (s *state) apply(name string, r source.Result) {
@@ -262,6 +373,13 @@ func (s *state) apply(name string, r source.Result) {
 			}
 			s.monitors[name] = finding.MonitorState{Name: name, State: r.State, Since: since, Reason: r.Reason}
 			changed = true
+			for _, v := range monitorStates {
+				g := 0.0
+				if v == r.State {
+					g = 1
+				}
+				s.met.monitorState.WithLabelValues(name, v).Set(g)
+			}
 		}
 	}
 	if r.GPUs != nil {

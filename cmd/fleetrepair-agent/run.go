@@ -220,12 +220,13 @@ func runAgent(ctx context.Context, o runOptions, s streams) error {
 		}
 		src = pipeline.Replay{Path: o.replay, Format: format}
 	} else {
-		r, err := kmsg.Open(kmsg.ReaderOptions{Path: o.kmsgPath, SeekEnd: o.seekEnd, AcceptUserFacility: o.acceptUser, Coalesce: o.kmsgCoalesce})
-		if err != nil {
-			return fmt.Errorf("open kernel log: %w", err)
-		}
-		defer r.Close()
-		src = r
+		// Opened by the pipeline, which keeps the other monitors running
+		// and retries with backoff when the device cannot be opened (no
+		// /dev/kmsg in the container, EPERM under the device cgroup): the
+		// heartbeat then says kernel-log unknown, with the error.
+		dev := &kmsg.Device{Options: kmsg.ReaderOptions{Path: o.kmsgPath, SeekEnd: o.seekEnd, AcceptUserFacility: o.acceptUser, Coalesce: o.kmsgCoalesce}}
+		defer dev.Close()
+		src = dev
 		if o.acceptUser {
 			log.Warn("accepting user-facility kernel records: any root process can fake findings; never use this in production")
 		}
@@ -257,7 +258,7 @@ func runAgent(ctx context.Context, o runOptions, s streams) error {
 	log.Info("agent running", "controller", o.controller, "cluster", o.cluster, "boot_id", boot, "version", agentVersion)
 	g.Go(func() error {
 		return pipeline.Run(ctx, pipeline.Config{Source: src, Uplink: up, Detector: dopts, Log: log,
-			Monitors: ms, Pushers: ps, Schedule: schedule.Options{Node: o.node}})
+			Monitors: ms, Pushers: ps, Schedule: schedule.Options{Node: o.node}, Registerer: reg})
 	})
 	return g.Wait()
 }

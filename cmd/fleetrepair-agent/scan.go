@@ -47,11 +47,18 @@ object per line, on standard output. Inputs:
   prometheus      dcgm-exporter samples (Xid gauges)
   json-log        GPU health monitor events, agents' DCGM/NVML connection errors
   runtime-log     kubelet (PLEG, kill timeouts), device plugin, pod admission errors
+  job-log         a job's or pod's own log: NCCL NET/IB errors naming NIC and peer
+  kubectl-describe  "kubectl describe node": GPUs in Capacity but not Allocatable
+                  (device-plugin finding, withheld_gpus), condition/event messages
 
 With --format auto (the default) the format of each FILE is detected from
-its beginning; name it with --format where detection guesses wrong.
-Kubernetes objects (Node, NodeClaim, events) are read by the controller, not
-here.
+its beginning; name it with --format where detection guesses wrong. A FILE
+in none of these formats (an apt history log, a Node or NodeClaim YAML) is
+not scanned: standard error says so, naming the formats, the other FILEs are
+still scanned, and the exit status is 1. Kubernetes objects (Node,
+NodeClaim, events) are read by the controller from the API server, not
+here. With an explicit kernel --format, a FILE none of whose lines is a
+kernel record is scanned (its lines examined as raw text) with a warning.
 
 Times: dmesg and /dev/kmsg records carry only a time since boot. They are
 placed in wall-clock time with --boot-time, else with a boot time the input
@@ -64,8 +71,10 @@ Each FILE is scanned on its own. By default the kernel findings of a file are
 aggregated: the same fact on the same device becomes one finding with a count
 (see detect.Aggregate); --events prints every kernel event as the live agent
 would send it. Kernel lines that fit no rendering are still examined, and
-counted on standard error. Exit status: 0 when every file was read (with or
-without findings), 1 when a file cannot be read, 2 for bad flags.`,
+counted on standard error; driver lines with a number out of range (an Xid
+beyond 99999) are rejected, counted and named there. Exit status: 0 when
+every file was read (with or without findings), 1 when a file cannot be
+read or is in no format scan reads, 2 for bad flags.`,
 		Example: `  fleetrepair-agent scan --format dmesg node-a1.dmesg.txt
   journalctl -k -b | fleetrepair-agent scan --node node-a1 -
   nvidia-smi -q | fleetrepair-agent scan -
@@ -143,8 +152,16 @@ func (o scanOptions) run(ctx context.Context, args []string, s streams) error {
 	w := bufio.NewWriter(s.out)
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
+	var unknown []string
 	for _, in := range inputs {
 		res, err := textformat.Scan(ctx, in.r, format, textformat.Options{Node: o.node, BootID: o.bootID, Rules: rules, Events: o.events, BootTime: boot})
+		if errors.Is(err, textformat.ErrUnrecognized) {
+			// Said plainly, and the other files are still scanned; the
+			// exit status is 1 at the end.
+			fmt.Fprintf(s.err, "scan %s: NOT SCANNED: %v\n", in.name, err)
+			unknown = append(unknown, in.name)
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("scan %s: %w", in.name, err)
 		}
@@ -156,12 +173,23 @@ func (o scanOptions) run(ctx context.Context, args []string, s streams) error {
 		if k := res.Kernel; k != nil {
 			fmt.Fprintf(s.err, "scan %s: kernel log (%s), %d lines, %d records, %d unparsed lines (examined as raw text), %d findings (%d events)%s\n",
 				in.name, res.Format, k.Text.Lines, k.Text.Records, k.Text.Unparsed, len(res.Findings), sum(k.Detect.Findings), timing(res))
+			if k.Text.Lines > 0 && k.Text.Records == k.Text.Unparsed {
+				fmt.Fprintf(s.err, "scan %s: warning: none of its %d lines is a kernel log record in a rendering scan knows (%s); 0 findings says nothing about the node\n",
+					in.name, k.Text.Lines, formatNames())
+			}
+			if k.Detect.Rejected > 0 {
+				fmt.Fprintf(s.err, "scan %s: %d driver lines rejected (a number out of range; no finding made), last: %s\n",
+					in.name, k.Detect.Rejected, k.Detect.LastRejected)
+			}
 		} else {
 			fmt.Fprintf(s.err, "scan %s: %s, %d lines, %d findings%s\n", in.name, res.Format, res.Lines, len(res.Findings), timing(res))
 		}
 	}
 	if err := w.Flush(); err != nil {
 		return fmt.Errorf("scan: write findings: %w", err)
+	}
+	if len(unknown) > 0 {
+		return fmt.Errorf("scan: %d of %d inputs in no format scan reads (%s): %w", len(unknown), len(inputs), strings.Join(unknown, ", "), textformat.ErrUnrecognized)
 	}
 	return nil
 }

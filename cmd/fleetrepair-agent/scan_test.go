@@ -50,6 +50,9 @@ func TestScan(t *testing.T) {
 	c16 := filepath.Join(cases, "c16-dcgm-exporter-xid-gauge", "input.metrics-windowed.prom")
 	c19 := filepath.Join(cases, "c19-kubelet-pleg-not-healthy", "input.kubelet.log")
 	c08 := filepath.Join(cases, "c08-xid95-uncontained-health-event", "input.health-monitor.log")
+	c14 := filepath.Join(cases, "c14-allocatable-short-after-xid94", "input.node-describe.txt")
+	c24 := filepath.Join(cases, "c24-driver-library-version-mismatch", "input.apt-history.log")
+	c27 := filepath.Join(cases, "c27-nodeclaim-stuck-terminating", "input.node.yaml")
 	c02text, err := os.ReadFile(c02)
 	if err != nil {
 		t.Fatal(err)
@@ -81,6 +84,13 @@ func TestScan(t *testing.T) {
 		{name: "mixed files", args: []string{"scan", c04, c13, c19}, findings: 6, count: 15},
 		{name: "nvidia-smi from stdin", stdin: "Unable to determine the device handle for GPU 0000:3B:00.0: GPU is lost\n",
 			args: []string{"scan", "-"}, findings: 1, count: 1},
+		{name: "describe node", args: []string{"scan", c14}, findings: 1, count: 1, stderrHas: "kubectl-describe, 16 lines, 1 findings"},
+		{name: "node yaml is not scanned", args: []string{"scan", c27}, code: exitError, stderrHas: "NOT SCANNED: scan: the input is a Kubernetes Node"},
+		{name: "apt history is not scanned", args: []string{"scan", c24}, code: exitError, stderrHas: "is in no format scan reads (kernel logs"},
+		{name: "oversized xid is rejected", stdin: "NVRM: Xid (PCI:0000:01:00): 99999999999999999999, pid=1\n", args: []string{"scan", "-"},
+			stderrHas: `1 driver lines rejected (a number out of range; no finding made), last: parse xid "99999999999999999999": not in 1..99999`},
+		{name: "kernel format on other text warns", stdin: "hello\n", args: []string{"scan", "--format", "kernel", "-"},
+			stderrHas: "warning: none of its 1 lines is a kernel log record"},
 		{name: "unknown flag", args: []string{"scan", "--nope", c04}, code: exitUsage, stderrHas: "unknown flag: --nope"},
 		{name: "bad format", args: []string{"scan", "--format", "xml", c04}, code: exitUsage, stderrHas: `parse format "xml"`},
 		{name: "no file", args: []string{"scan"}, code: exitUsage, stderrHas: "at least one FILE"},
@@ -116,6 +126,18 @@ func TestScan(t *testing.T) {
 				t.Errorf("%d findings with count %d, want %d with %d:\n%s", len(fs), count, tt.findings, tt.count, out)
 			}
 		})
+	}
+}
+
+// TestScanUnrecognizedAmongOthers: a file in no format is named on standard
+// error and makes the exit status 1; the other files are still scanned.
+func TestScanUnrecognizedAmongOthers(t *testing.T) {
+	t.Parallel()
+	c04 := filepath.Join(cases, "c04-xid45-secondary-to-nvlink", "input.kmsg.txt")
+	apt := filepath.Join(cases, "c24-driver-library-version-mismatch", "input.apt-history.log")
+	out, errOut, code := runCLI(t, "", "scan", apt, c04)
+	if code != exitError || len(decode(t, out)) != 4 || !strings.Contains(errOut, "1 of 2 inputs in no format scan reads ("+apt+")") {
+		t.Errorf("code %d, %d findings, stderr:\n%s", code, len(decode(t, out)), errOut)
 	}
 }
 

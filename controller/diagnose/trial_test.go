@@ -62,7 +62,7 @@ func TestBlindTrial(t *testing.T) {
 		// read (the file fell back to a kernel log and gave an event from
 		// the message column); now each row is a node-condition finding
 		// read by ReadCondition.
-		{file: "t11-describe-node.txt", format: textformat.RuntimeLog, reason: catalog.ReasonKernelLockup,
+		{file: "t11-describe-node.txt", format: textformat.KubectlDescribe, reason: catalog.ReasonKernelLockup,
 			severity: catalog.SeverityCondition, action: catalog.ActionReboot, conds: 1},
 		{file: "t10-nccl-status12.log", format: textformat.JobLog, reason: catalog.ReasonNCCLNetworkError,
 			severity: catalog.SeverityEvent, action: catalog.ActionNone},

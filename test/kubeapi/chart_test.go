@@ -2,8 +2,10 @@ package kubeapi
 
 import (
 	"context"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -44,6 +46,8 @@ var chartCases = []struct {
 	needFlags []string
 	// kinds is the exact multiset of rendered kinds, sorted.
 	kinds []string
+	// unprivileged: the values set agent.privileged=false.
+	unprivileged bool
 }{
 	{
 		name:   "defaults",
@@ -105,6 +109,15 @@ prometheusRule: {enabled: true}
   criSocket: ""
   kubeletHealthz: ""
 `,
+		kinds: []string{"ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "Deployment", "Job", "NetworkPolicy", "PodDisruptionBudget",
+			"Role", "RoleBinding", "Service", "ServiceAccount", "ServiceAccount"},
+	},
+	{
+		// The operator's opt-out: the agent unprivileged, with CAP_SYSLOG
+		// and CAP_SYS_PTRACE only.
+		name:         "unprivileged-agent",
+		values:       baseValues + "agent: {privileged: false}\n",
+		unprivileged: true,
 		kinds: []string{"ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "Deployment", "Job", "NetworkPolicy", "PodDisruptionBudget",
 			"Role", "RoleBinding", "Service", "ServiceAccount", "ServiceAccount"},
 	},
@@ -208,7 +221,9 @@ func TestChart(t *testing.T) {
 				t.Fatalf("rendered kinds = %v, want %v", kinds, tc.kinds)
 			}
 			checkFlags(t, objs, flags)
-			checkAgent(t, objs)
+			if find(objs, "DaemonSet", "fleetrepair-agent") != nil {
+				checkAgent(t, objs, !tc.unprivileged)
+			}
 			if find(objs, "Deployment", "fleetrepair-controller") != nil {
 				checkController(t, objs)
 				checkNetworkPolicy(t, objs)
@@ -226,6 +241,43 @@ func TestChart(t *testing.T) {
 		} {
 			if _, err := render(t, c.values); err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Errorf("values %q: err = %v, want it to say %q", c.values, err, c.want)
+			}
+		}
+	})
+
+	// helm --set types only integers and booleans: 0.2 arrives as the
+	// string "0.2" and an all-digit image tag as a number. The schema takes
+	// what --set produces for every numeric and tag value, and still
+	// refuses what is out of range.
+	t.Run("SetFlags", func(t *testing.T) {
+		base := []string{"--set", "clusterName=c1", "--set", "controller.database.existingSecret=db", "--set", "prometheusRule.enabled=true"}
+		base = append(base, promOpAPI...)
+		for _, c := range []struct {
+			set  []string
+			want string // in the rendered output; "" an error naming the value
+		}{
+			{[]string{"--set", "prometheusRule.agentsSilentRatio=0.2"}, "> 0.2\n"},
+			{[]string{"--set", "prometheusRule.agentsSilentRatio=.35"}, "> 0.35\n"},
+			{[]string{"--set", "prometheusRule.agentsSilentRatio=1"}, "> 1\n"},
+			{[]string{"--set-json", "prometheusRule.agentsSilentRatio=0.25"}, "> 0.25\n"},
+			{[]string{"--set", "prometheusRule.heldForMinutes=45", "--set", "prometheusRule.breakerOpenForMinutes=90"}, "for: 90m"},
+			{[]string{"--set", "controller.replicas=2", "--set", "agent.metricsPort=9411", "--set", "agent.token.expirationSeconds=7200"}, "--listen=:9411"},
+			{[]string{"--set", "agent.image.tag=25"}, "fleetrepair-agent:25-dcgm4"},
+			{[]string{"--set", "controller.image.tag=7"}, "image: ghcr.io/fleetrepair/fleetrepair:7\n"},
+			{[]string{"--set", "prometheusRule.agentsSilentRatio=0"}, ""},
+			{[]string{"--set", "prometheusRule.agentsSilentRatio=1.5"}, ""},
+			{[]string{"--set", "prometheusRule.agentsSilentRatio=many"}, ""},
+			{[]string{"--set", "agent.privileged=yes"}, ""},
+		} {
+			args := append([]string{"template", release, chartDir(t), "--namespace", namespace, "--kube-version", kubeVersion}, base...)
+			out, err := helm(t, append(args, c.set...)...)
+			switch {
+			case c.want == "" && (err == nil || !strings.Contains(err.Error(), "schema")):
+				t.Errorf("%v: err = %v, want a schema error", c.set, err)
+			case c.want != "" && err != nil:
+				t.Errorf("%v: %v", c.set, err)
+			case c.want != "" && !strings.Contains(string(out), c.want):
+				t.Errorf("%v: the rendered chart lacks %q", c.set, c.want)
 			}
 		}
 	})
@@ -306,8 +358,12 @@ var agentNeeds = []struct {
 	need    func(p agentPod) string
 }{
 	{"kmsg (kernel log)", nil, func(p agentPod) string {
-		if v := p.hostPath("/dev/kmsg"); v == nil || v.Type == nil || *v.Type != corev1.HostPathCharDev || !slices.Contains(p.caps, "SYSLOG") {
-			return "hostPath /dev/kmsg (CharDevice) mounted at /dev/kmsg and CAP_SYSLOG"
+		// Privileged: runc's device cgroup lets an unprivileged container
+		// open no host device it was not given (kmsg is 1:11), as
+		// node-problem-detector's DaemonSet knows. Unprivileged is the
+		// operator's choice (agent.privileged=false), with CAP_SYSLOG.
+		if v := p.hostPath("/dev/kmsg"); v == nil || v.Type == nil || *v.Type != corev1.HostPathCharDev || !p.privileged && !slices.Contains(p.caps, "SYSLOG") {
+			return "hostPath /dev/kmsg (CharDevice) mounted at /dev/kmsg and privileged (or CAP_SYSLOG)"
 		}
 		return p.mountedAt("/dev/kmsg", "/dev/kmsg")
 	}},
@@ -315,7 +371,7 @@ var agentNeeds = []struct {
 		return p.mountedAt("/sys", p.hostRoot+"/sys")
 	}},
 	{"procfs (stuck GPU processes)", func(a []string) bool { return slices.Contains(a, "--no-stuck-process") }, func(p agentPod) string {
-		if !slices.Contains(p.caps, "SYS_PTRACE") {
+		if !p.privileged && !slices.Contains(p.caps, "SYS_PTRACE") {
 			return "CAP_SYS_PTRACE (reads /proc/PID/fd of other containers)"
 		}
 		return p.mountedAt("/proc", p.hostRoot+"/proc")
@@ -382,11 +438,12 @@ var agentNeeds = []struct {
 
 // agentPod is the agent's pod spec with its container's facts at hand.
 type agentPod struct {
-	spec     corev1.PodSpec
-	args     []string
-	caps     []string
-	env      map[string]string
-	hostRoot string
+	spec       corev1.PodSpec
+	privileged bool
+	args       []string
+	caps       []string
+	env        map[string]string
+	hostRoot   string
 }
 
 func (p agentPod) arg(name string) string {
@@ -430,7 +487,7 @@ func (p agentPod) mountedAt(host, mountPath string) string {
 // (agentNeeds), that it runs on every node (every taint tolerated, the
 // quarantine taint included) at system-node-critical, with no API token,
 // probes, no CPU limit and requests of the measured footprint.
-func checkAgent(t *testing.T, objs []*unstructured.Unstructured) {
+func checkAgent(t *testing.T, objs []*unstructured.Unstructured, wantPrivileged bool) {
 	t.Helper()
 	ds := typed[appsv1.DaemonSet](t, find(objs, "DaemonSet", "fleetrepair-agent"))
 	spec := ds.Spec.Template.Spec
@@ -444,6 +501,7 @@ func checkAgent(t *testing.T, objs []*unstructured.Unstructured) {
 			p.caps = append(p.caps, string(cp))
 		}
 	}
+	p.privileged = c.SecurityContext != nil && c.SecurityContext.Privileged != nil && *c.SecurityContext.Privileged
 	p.hostRoot = p.arg("--host-root")
 	if p.hostRoot == "" || p.hostRoot == "/" {
 		t.Fatalf("agent args %v: want --host-root at the host mounts", c.Args)
@@ -472,9 +530,16 @@ func checkAgent(t *testing.T, objs []*unstructured.Unstructured) {
 		t.Errorf("agent priorityClassName = %q, want system-node-critical", spec.PriorityClassName)
 	}
 	sc := c.SecurityContext
-	if sc == nil || sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) ||
-		sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem || sc.Privileged != nil && *sc.Privileged {
-		t.Errorf("agent security context = %+v, want every capability dropped but the monitors', a read-only root, unprivileged", sc)
+	switch {
+	case sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem:
+		t.Errorf("agent security context = %+v, want a read-only root", sc)
+	case p.privileged != wantPrivileged:
+		t.Errorf("agent privileged = %v, want %v (agent.privileged)", p.privileged, wantPrivileged)
+	case p.privileged && (sc.AllowPrivilegeEscalation != nil && !*sc.AllowPrivilegeEscalation || sc.Capabilities != nil):
+		t.Errorf("agent security context = %+v: privileged takes no capability list and cannot forbid escalation", sc)
+	case !p.privileged && (sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) ||
+		sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation):
+		t.Errorf("agent security context = %+v, want every capability dropped but the monitors', no escalation", sc)
 	}
 	if p.env["NODE_NAME"] != "" || !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {
 		return e.Name == "NODE_NAME" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "spec.nodeName"
@@ -747,4 +812,80 @@ func podOf(t *testing.T, o *unstructured.Unstructured) *corev1.Pod {
 	pod := &corev1.Pod{ObjectMeta: tmpl.ObjectMeta, Spec: tmpl.Spec}
 	pod.Name, pod.Namespace = o.GetName()+"-pod", namespace
 	return pod
+}
+
+// TestChartRBACText: the controller row of deploy/chart/README.md's
+// permissions table names exactly the rules the chart renders ("`group/
+// resource` verb/verb" items; core resources without a group), for the
+// ClusterRole and the namespace Role, secrets included when
+// clusterSecrets is on.
+func TestChartRBACText(t *testing.T) {
+	envtest.Tool(t, "helm")
+	root, err := envtest.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile(filepath.Join(root, "deploy", "chart", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var row string
+	for _, line := range strings.Split(string(readme), "\n") {
+		if strings.HasPrefix(line, "| controller |") {
+			row = line
+		}
+	}
+	cluster, rest, ok := strings.Cut(row, "Role in the release namespace:")
+	if !ok {
+		t.Fatalf("README controller row %q lacks its Role part", row)
+	}
+	role, _, _ := strings.Cut(rest, "Nothing else")
+	item := regexp.MustCompile("`([a-z0-9./-]+)` ([a-z]+(?:/[a-z]+)*)")
+	fromText := func(text string) []string {
+		var out []string
+		for _, m := range item.FindAllStringSubmatch(text, -1) {
+			if strings.Contains(m[1], "do-not-disrupt") {
+				continue
+			}
+			for _, v := range strings.Split(m[2], "/") {
+				out = append(out, m[1]+" "+v)
+			}
+		}
+		slices.Sort(out)
+		return slices.Compact(out)
+	}
+	objs, err := render(t, baseValues+"  clusterSecrets: {enabled: true}\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromRules := func(kind string) []string {
+		var out []string
+		for _, o := range objs {
+			if o.GetKind() != kind {
+				continue
+			}
+			rules, _, _ := unstructured.NestedSlice(o.Object, "rules")
+			for _, r := range rules {
+				m := r.(map[string]any)
+				for _, g := range m["apiGroups"].([]any) {
+					for _, res := range m["resources"].([]any) {
+						for _, v := range m["verbs"].([]any) {
+							name := res.(string)
+							if g.(string) != "" {
+								name = g.(string) + "/" + name
+							}
+							out = append(out, name+" "+v.(string))
+						}
+					}
+				}
+			}
+		}
+		slices.Sort(out)
+		return slices.Compact(out)
+	}
+	for _, c := range []struct{ kind, text string }{{"ClusterRole", cluster}, {"Role", role}} {
+		if got, want := fromText(c.text), fromRules(c.kind); !slices.Equal(got, want) {
+			t.Errorf("README says the %s grants\n  %v\nthe chart renders\n  %v", c.kind, got, want)
+		}
+	}
 }

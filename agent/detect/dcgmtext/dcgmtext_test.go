@@ -93,6 +93,11 @@ func TestParseMetrics(t *testing.T) {
 		{"escaped label", `DCGM_FI_DEV_XID_ERRORS{err_msg="a \"b\", c",gpu="2"} 31`,
 			[]string{"dcgm-metric  xid=31 gpu_index=2 metric=DCGM_FI_DEV_XID_ERRORS"}},
 		{"broken line", `DCGM_FI_DEV_XID_ERRORS{gpu="2 31`, nil},
+		// Out-of-range numbers are not read as an Xid cut to what fits.
+		{"oversized value", `DCGM_FI_DEV_XID_ERRORS{gpu="0"} 1e20`, nil},
+		{"fractional value", `DCGM_FI_DEV_XID_ERRORS{gpu="0"} 79.5`, nil},
+		{"oversized xid label", `DCGM_FI_DEV_XID_ERRORS_ACTIVE{gpu="0",xid="99999999999999999999"} 1`, nil},
+		{"oversized count", `DCGM_FI_DEV_XID_ERRORS_ACTIVE{gpu="0",xid="13"} 1e12`, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

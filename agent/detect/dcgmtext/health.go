@@ -78,7 +78,9 @@ func healthEvent(m map[string]any) (finding.Finding, bool) {
 	if msg, ok := jsonlog.String(m, "message"); ok {
 		f.Attrs[finding.AttrMessage] = msg
 		if x := xidInMessage.FindStringSubmatch(msg); x != nil {
-			f.Xid, _ = strconv.Atoi(x[1])
+			if n, err := finding.ParseNumber("xid", x[1], 1, finding.MaxXid); err == nil {
+				f.Xid = n // an out-of-range number stays in attr message only
+			}
 		}
 	}
 	for _, e := range ents {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"strings"
 
@@ -140,10 +141,15 @@ func MetricFinding(s Sample) (finding.Finding, bool) {
 	case MetricXid:
 		switch {
 		case s.HasValue && s.Value > 0:
+			// A float sample: only a whole number in the Xid range is an
+			// Xid (int() of 1e20 would be garbage, never a fact).
+			if s.Value != math.Trunc(s.Value) || s.Value > finding.MaxXid {
+				return f, false
+			}
 			f.Xid = int(s.Value)
 		case !s.HasValue:
-			n, err := strconv.Atoi(s.Labels["err_code"])
-			if err != nil || n <= 0 {
+			n, err := finding.ParseNumber("xid", s.Labels["err_code"], 1, finding.MaxXid)
+			if err != nil {
 				return f, false
 			}
 			f.Xid = n
@@ -151,8 +157,8 @@ func MetricFinding(s Sample) (finding.Finding, bool) {
 			return f, false
 		}
 	case MetricXidActive:
-		n, err := strconv.Atoi(s.Labels["xid"])
-		if err != nil || n <= 0 || (s.HasValue && s.Value <= 0) {
+		n, err := finding.ParseNumber("xid", s.Labels["xid"], 1, finding.MaxXid)
+		if err != nil || (s.HasValue && (s.Value <= 0 || s.Value > finding.MaxCount || s.Value != math.Trunc(s.Value))) {
 			return f, false
 		}
 		f.Xid = n

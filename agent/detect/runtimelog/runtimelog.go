@@ -25,6 +25,7 @@ import (
 
 	"github.com/fleetrepair/fleetrepair/agent/detect/jsonlog"
 	"github.com/fleetrepair/fleetrepair/agent/finding"
+	"github.com/fleetrepair/fleetrepair/agent/kmsg"
 )
 
 // PLEGGap is the longest pause between two "PLEG is not healthy" lines that
@@ -107,7 +108,7 @@ func Parse(r io.Reader) ([]finding.Finding, Stats, error) {
 	if err != nil {
 		return nil, st, err
 	}
-	p := &parser{byKey: map[string]int{}}
+	p := &parser{byKey: map[string]int{}, now: time.Now()}
 	for _, rec := range recs {
 		st.Lines++
 		if p.line(rec) {
@@ -141,6 +142,7 @@ func records(r io.Reader) ([]string, error) {
 }
 
 type parser struct {
+	now   time.Time // completes the year of syslog and glog times (kmsg.CompleteYear)
 	out   []finding.Finding
 	byKey map[string]int // grouping key -> index in out
 
@@ -165,7 +167,7 @@ func (p *parser) add(key string, f finding.Finding) {
 }
 
 func (p *parser) line(rec string) bool {
-	at := lineTime(rec)
+	at := lineTime(rec, p.now)
 	matched := false
 	if m := conditionRow.FindStringSubmatch(rec); m != nil && m[1] != "Ready" {
 		p.condition(rec, m)
@@ -261,7 +263,10 @@ func (p *parser) rest(rec string, at time.Time) bool {
 		return true
 	}
 	if m := xidCritical.FindStringSubmatch(rec); m != nil {
-		xid, _ := strconv.Atoi(m[1])
+		xid, err := finding.ParseNumber("xid", m[1], 1, finding.MaxXid)
+		if err != nil {
+			return false // an out-of-range Xid: the line is not read, never cut short
+		}
 		p.add("xidc\x00"+m[1]+"\x00"+m[2], finding.Finding{Detector: finding.DetectorDevicePlugin, Time: at, Xid: xid,
 			Attrs:    map[string]string{finding.AttrGPUUUID: m[2], finding.AttrError: "device marked unhealthy after Xid " + m[1]},
 			Evidence: []string{rec}})
@@ -363,8 +368,9 @@ func (p *parser) plegLine(rec string, at time.Time, seen, threshold string) {
 func (p *parser) closePLEG() { p.plegOpen = false }
 
 // lineTime reads the line's timestamp: RFC 3339 in a JSON "ts"/"time", or
-// syslog / glog time of day (year unknown: 0, good for ordering only).
-func lineTime(rec string) time.Time {
+// syslog / glog time of day, whose missing year kmsg.CompleteYear completes
+// against now (the latest year that does not put the line in the future).
+func lineTime(rec string, now time.Time) time.Time {
 	if strings.HasPrefix(rec, "{") {
 		v, _ := jsonlog.Parse(rec)
 		if m, ok := v.(map[string]any); ok {
@@ -380,12 +386,12 @@ func lineTime(rec string) time.Time {
 	}
 	if m := syslogTime.FindStringSubmatch(rec); m != nil {
 		if t, err := time.Parse("Jan _2 15:04:05", m[1]); err == nil {
-			return t
+			return kmsg.CompleteYear(t, now)
 		}
 	}
 	if m := glogTime.FindStringSubmatch(rec); m != nil {
 		if t, err := time.Parse("0102 15:04:05.999999", m[1]); err == nil {
-			return t
+			return kmsg.CompleteYear(t, now)
 		}
 	}
 	return time.Time{}

@@ -60,8 +60,8 @@ var corpus = map[string]map[string]input{
 	"c12": {"input.nvidia-smi.txt": {want: []int{0}}, "input.kubelet-event.txt": {want: []int{1}}},
 	"c13": {"input.nvidia-smi.txt": {want: []int{0}}},
 	"c14": {
-		"input.device-plugin.log": {}, // the skipped NVML event is informational: nothing
-		"input.node-describe.txt": {side: controllerSide, want: []int{0}, why: "Node capacity/allocatable: controller/kube reads the Node"},
+		"input.device-plugin.log": {},               // the skipped NVML event is informational: nothing
+		"input.node-describe.txt": {want: []int{0}}, // Capacity/Allocatable: agent/detect/describe
 	},
 	"c15": {"input.dcgmi-diag.txt": {want: all(2)}, "input.dcgmi-diag.collapsed.txt": {want: all(2)}},
 	"c16": {

@@ -7,9 +7,11 @@
 // node-side input through one entry point: Scan.
 //
 // Kubernetes objects and Karpenter events (Node, NodeClaim, conditions,
-// "kubectl describe" and "kubectl get events" output) are not node-side
-// data: the controller reads them from the API server. They have no format
-// here.
+// "kubectl get events" output) are not node-side data: the controller reads
+// them from the API server, and Scan refuses them by name. Saved "kubectl
+// describe node" output is read for what a node-side view lacks: GPUs in
+// capacity but not allocatable. An input in no format is refused
+// (ErrUnrecognized), never read as an empty kernel log.
 package textformat
 
 import (
@@ -25,6 +27,7 @@ import (
 
 	"github.com/fleetrepair/fleetrepair/agent/detect"
 	"github.com/fleetrepair/fleetrepair/agent/detect/dcgmtext"
+	"github.com/fleetrepair/fleetrepair/agent/detect/describe"
 	"github.com/fleetrepair/fleetrepair/agent/detect/joblog"
 	"github.com/fleetrepair/fleetrepair/agent/detect/nvsmi"
 	"github.com/fleetrepair/fleetrepair/agent/detect/runtimelog"
@@ -59,6 +62,11 @@ const (
 	// JobLog is a workload's own output (a job's or pod's log): NCCL NET/IB
 	// errors naming the local NIC and the peer.
 	JobLog Format = "job-log"
+	// KubectlDescribe is saved "kubectl describe node" output: its
+	// Capacity/Allocatable blocks (GPUs the device plugin withholds,
+	// agent/detect/describe) and its condition and event messages (as
+	// RuntimeLog).
+	KubectlDescribe Format = "kubectl-describe"
 )
 
 // aliases maps the format names used by the case corpus (expected.yaml
@@ -83,7 +91,15 @@ func Formats() []Format {
 			out = append(out, Format(f))
 		}
 	}
-	return append(out, NvidiaSMI, DcgmiDiag, Prometheus, JSONLog, RuntimeLog, JobLog)
+	return append(out, NvidiaSMI, DcgmiDiag, Prometheus, JSONLog, RuntimeLog, JobLog, KubectlDescribe)
+}
+
+// Describe says in one line what each format of Formats reads, for the
+// message of an input no format was recognised in.
+func Describe() string {
+	return "kernel logs (dmesg, dmesg -T, dmesg -H, syslog, journalctl -k, /dev/kmsg records), " +
+		"nvidia-smi output, dcgmi diag tables, dcgm-exporter (Prometheus) samples, JSON health/agent logs, " +
+		"kubelet / container runtime / device plugin logs, job logs (NCCL), kubectl describe node (Capacity/Allocatable)"
 }
 
 // ParseFormat returns the Format named s: a name of Formats, "kmsg" (an
@@ -114,7 +130,7 @@ func (f Format) Kernel() (kmsg.Format, bool) {
 	switch f {
 	case KernelLog:
 		return kmsg.FormatAuto, true
-	case Auto, NvidiaSMI, DcgmiDiag, Prometheus, JSONLog, RuntimeLog, JobLog:
+	case Auto, NvidiaSMI, DcgmiDiag, Prometheus, JSONLog, RuntimeLog, JobLog, KubectlDescribe, Unrecognized:
 		return "", false
 	}
 	k, err := kmsg.ParseFormat(string(f))
@@ -139,17 +155,34 @@ var (
 	sniffRT     = regexp.MustCompile(`(?m)^[A-Z][a-z]{2} [ 0-9]\d \d\d:\d\d:\d\d \S+ (kubelet|containerd|dockerd|crio|nvidia-device-plugin|nvidia-container)[^:\s]*:|^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ \S+:\d+\]|^Server: Docker Engine|device plugin \w+ rpc failed|OCI runtime create failed|^nvidia-container-cli: |KubeletNotReady|NodeStatusUnknown|status is now: NodeNotReady|rpc error: code = \w+ desc =|detected NVSwitch (?:non-)?fatal error|\[(?:ERROR|WARNING|INFO)\] \[tid \d+\]|CUDA error: system not yet initialized|^\s*Type\s+Status\s+LastHeartbeatTime\s+LastTransitionTime`)
 )
 
+// Unrecognized is what Sniff returns for an input with no sign of any
+// format; Scan refuses it (ErrUnrecognized) instead of reading it as a
+// kernel log and reporting "0 findings", which reads as healthy.
+const Unrecognized Format = "unrecognized"
+
+var (
+	// sniffDescribe: the Capacity and Allocatable blocks of kubectl describe node.
+	sniffDescribe = regexp.MustCompile(`(?m)^Capacity:\s*$[\s\S]*^Allocatable:\s*$`)
+	// sniffObject: a Kubernetes object in YAML or JSON (Node, NodeClaim, Event).
+	sniffObject = regexp.MustCompile(`(?m)^(?:apiVersion: \S+|kind: [A-Z]\w+|\s*"apiVersion": ")`)
+	// kindRE names the object's kind for the message.
+	kindRE = regexp.MustCompile(`(?m)^kind: ([A-Z]\w+)|"kind": "([A-Z]\w+)"`)
+)
+
 // Sniff guesses the format of an input from its beginning. It returns a
-// non-kernel format only on an unambiguous sign (a JSON object, the dcgmi
-// table header, a job log's NCCL lines, Prometheus comments or DCGM_
-// samples, nvidia-smi's own texts, kubelet/runtime/glog line prefixes), and
-// KernelLog otherwise. An input whose lines are mostly kernel log records is
-// a kernel log whatever words its messages carry: a kernel log naming the
-// nvidia-smi process (an Xid's "name=nvidia-smi", a hung nvidia-smi) must
-// never be read as nvidia-smi output and lose its Xids.
+// format only on a sign of it (a JSON object, the dcgmi table header, a job
+// log's NCCL lines, mostly kernel log records, nvidia-smi's own texts,
+// Prometheus comments or DCGM_ samples, kubelet/runtime/glog line
+// prefixes, the Capacity/Allocatable blocks of kubectl describe node),
+// KernelLog for an empty input, and Unrecognized otherwise. An input whose lines are mostly kernel log
+// records is a kernel log whatever words its messages carry: a kernel log
+// naming the nvidia-smi process (an Xid's "name=nvidia-smi", a hung
+// nvidia-smi) must never be read as nvidia-smi output and lose its Xids.
 func Sniff(head []byte) Format {
 	t := bytes.TrimSpace(head)
 	switch {
+	case len(t) == 0:
+		return KernelLog // an empty input: nothing to recognise, nothing found
 	case bytes.HasPrefix(t, []byte("{")):
 		return JSONLog
 	case sniffDiag.Match(t):
@@ -162,10 +195,51 @@ func Sniff(head []byte) Format {
 		return NvidiaSMI
 	case sniffProm.Match(t):
 		return Prometheus
+	case sniffDescribe.Match(t):
+		return KubectlDescribe
 	case sniffRT.Match(t):
 		return RuntimeLog
+	case anyKernel(t):
+		// Some kernel records among other text (a paste with a shell
+		// prompt, a ticket): still a kernel log, examined line by line.
+		return KernelLog
 	}
-	return KernelLog
+	return Unrecognized
+}
+
+// anyKernel reports whether some line of t is a kernel log record: one the
+// kernel log parser itself reads in one of its renderings (kmsg.ParseText),
+// or a bare driver message (sniffKernel).
+func anyKernel(t []byte) bool {
+	p := kmsg.NewTextParser(bytes.NewReader(t), kmsg.FormatAuto, kmsg.TextOptions{})
+	for {
+		rec, ok := p.Next()
+		if !ok {
+			break
+		}
+		if !rec.Unparsed || sniffKernel.MatchString(rec.Raw) {
+			return true
+		}
+	}
+	return false
+}
+
+// ErrUnrecognized is returned (wrapped) by Scan with Auto for an input in
+// no format it reads; the message lists them (Describe).
+var ErrUnrecognized = errors.New("no known input format recognised")
+
+// unrecognized explains why head is in no format, naming a Kubernetes
+// object's kind (the controller reads those from the API server).
+func unrecognized(head []byte) error {
+	t := bytes.TrimSpace(head)
+	if sniffObject.Match(t) {
+		kind := "a Kubernetes object"
+		if m := kindRE.FindSubmatch(t); m != nil {
+			kind = "a Kubernetes " + string(m[1]) + string(m[2])
+		}
+		return fmt.Errorf("scan: the input is %s (YAML/JSON): the controller reads Nodes, NodeClaims and events from the API server, scan does not; scan reads %s: %w", kind, Describe(), ErrUnrecognized)
+	}
+	return fmt.Errorf("scan: the input is in no format scan reads (%s); name one with --format (--format kernel examines any text as kernel log lines): %w", Describe(), ErrUnrecognized)
 }
 
 // mostlyKernel reports whether at least half of the non-empty lines of t
@@ -253,6 +327,9 @@ func Scan(ctx context.Context, r io.Reader, f Format, o Options) (Result, error)
 	}
 	if f == Auto || f == "" {
 		f = Sniff(head)
+		if f == Unrecognized {
+			return Result{Format: Unrecognized}, unrecognized(head)
+		}
 	}
 	res := Result{Format: f}
 	if k, ok := f.Kernel(); ok {
@@ -285,6 +362,21 @@ func Scan(ctx context.Context, r io.Reader, f Format, o Options) (Result, error)
 		var st runtimelog.Stats
 		fs, st, err = runtimelog.Parse(br)
 		res.Lines = st.Lines
+	case KubectlDescribe:
+		// One read, two parsers: Capacity/Allocatable, and the condition
+		// and event messages.
+		data, rerr := io.ReadAll(io.LimitReader(br, 64<<20))
+		if rerr != nil {
+			return res, fmt.Errorf("scan kubectl describe: %w", rerr)
+		}
+		var dst describe.Stats
+		fs, dst, err = describe.Parse(bytes.NewReader(data))
+		if err == nil {
+			var more []finding.Finding
+			more, _, err = runtimelog.Parse(bytes.NewReader(data))
+			fs = append(fs, more...)
+		}
+		res.Lines = dst.Lines
 	case JSONLog:
 		// One read, two parsers: health events, and the runtime rules
 		// (an agent's own data source failing).

@@ -61,6 +61,15 @@ func TestSniff(t *testing.T) {
 		{"No devices were found\n", NvidiaSMI},
 		{"Conditions:\n  Type                 Status  LastHeartbeatTime                 LastTransitionTime                Reason                       Message\n  ----                 ------  -----------------                 ------------------                ------                       -------\n  KernelDeadlock       True    Tue, 01 Dec 2026 12:58:11 +0000   Tue, 01 Dec 2026 11:40:02 +0000   DockerHung                   kernel: INFO: task containerd:1882 blocked for more than 120 seconds.\n", RuntimeLog},
 		{"Unable to determine the device handle for GPU0000:AA:00.0: Unknown Error\n", NvidiaSMI},
+		// kubectl describe node: its Capacity/Allocatable blocks.
+		{"Name:               node-a1\nCapacity:\n  cpu:  128\n  nvidia.com/gpu:  8\nAllocatable:\n  cpu:  128\n  nvidia.com/gpu:  7\n", KubectlDescribe},
+		// Inputs in no format are said to be so, never read as a kernel log.
+		{"apiVersion: v1\nkind: Node\nmetadata:\n  name: node-a1\nstatus:\n  capacity:\n    nvidia.com/gpu: \"8\"\n", Unrecognized},
+		{"apiVersion: karpenter.sh/v1\nkind: NodeClaim\nmetadata:\n  name: gpu-abc\n", Unrecognized},
+		{"Start-Date: 2021-04-24  06:50:54\nCommandline: /usr/bin/unattended-upgrade\nUpgrade: libnvidia-common-460:amd64 (460.56, 460.73.01)\nEnd-Date: 2021-04-24  06:50:54\n", Unrecognized},
+		{"hello\nworld\n", Unrecognized},
+		// A few kernel records among other text are still a kernel log.
+		{"$ ssh node-a1\nlast login: yesterday\nnote: see below\nmore words here\n[ 12.000000] NVRM: Xid (PCI:0000:4e:00): 79, pid=1, GPU has fallen off the bus.\n", KernelLog},
 	}
 	for _, tt := range tests {
 		if got := Sniff([]byte(tt.in)); got != tt.want {

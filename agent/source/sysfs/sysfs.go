@@ -273,9 +273,14 @@ func readCounters(p string) (map[string]uint64, error) {
 		if len(f) != 2 {
 			continue
 		}
-		if v, err := strconv.ParseUint(f[1], 10, 64); err == nil {
-			m[f[0]] = v
+		v, err := strconv.ParseUint(f[1], 10, 64)
+		if err != nil {
+			// A counter that does not parse (or overflows u64) makes the
+			// whole file unread: keeping the other counters would make the
+			// missing one look like a counter that went back to 0.
+			return nil, fmt.Errorf("read AER counters %s: %s: %w", p, f[0], err)
 		}
+		m[f[0]] = v
 	}
 	return m, nil
 }

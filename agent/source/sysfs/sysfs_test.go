@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -133,5 +134,21 @@ func TestCheckAER(t *testing.T) {
 	}
 	if p := s.GPUBehindPort("0000:00:01.0"); p != "0000:3b:00.0" {
 		t.Errorf("GPUBehindPort = %q", p)
+	}
+}
+
+// TestReadCountersOutOfRange: a counter beyond u64 makes the file unread
+// (an error naming the counter), never a map missing that counter, which
+// would read as a counter that went back to 0.
+func TestReadCountersOutOfRange(t *testing.T) {
+	t.Parallel()
+	p := filepath.Join(t.TempDir(), "aer_dev_fatal")
+	write(t, p, "SurpriseDown 1\nTOTAL_ERR_FATAL 99999999999999999999999\n")
+	if m, err := readCounters(p); err == nil || !strings.Contains(err.Error(), "TOTAL_ERR_FATAL") {
+		t.Errorf("readCounters = %v, %v; want an error naming TOTAL_ERR_FATAL", m, err)
+	}
+	write(t, p, "SurpriseDown 1\nTOTAL_ERR_FATAL 18446744073709551615\n")
+	if m, err := readCounters(p); err != nil || m["TOTAL_ERR_FATAL"] != 18446744073709551615 {
+		t.Errorf("readCounters = %v, %v; want the largest u64", m, err)
 	}
 }

@@ -64,7 +64,7 @@ groups:
         expr: |-
           max by (cluster) (fleetrepair_agents_silent{ {{- $ns }}})
             / (max by (cluster) (fleetrepair_agents_silent{ {{- $ns }}}) + max by (cluster) (fleetrepair_agents_reporting{ {{- $ns }}}))
-            > {{ $r.agentsSilentRatio }}
+            > {{ $r.agentsSilentRatio | float64 }}
         for: 15m
         labels: {severity: warning}
         annotations:

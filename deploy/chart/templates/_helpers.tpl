@@ -49,13 +49,13 @@ app.kubernetes.io/component: {{ index . 1 }}
 (the agent's tag carries its DCGM variant). */}}
 {{- define "fleetrepair.controller.image" -}}
 {{- with .Values.controller.image -}}
-{{- if .digest -}}{{ printf "%s@%s" .repository .digest }}{{- else -}}{{ printf "%s:%s" .repository (default $.Chart.AppVersion .tag) }}{{- end -}}
+{{- if .digest -}}{{ printf "%s@%s" .repository .digest }}{{- else -}}{{ printf "%s:%s" .repository (default $.Chart.AppVersion (toString (.tag | default ""))) }}{{- end -}}
 {{- end -}}
 {{- end -}}
 
 {{- define "fleetrepair.agent.image" -}}
 {{- with .Values.agent.image -}}
-{{- $tag := default $.Chart.AppVersion .tag -}}
+{{- $tag := default $.Chart.AppVersion (toString (.tag | default "")) -}}
 {{- if .variant -}}{{- $tag = printf "%s-%s" $tag .variant -}}{{- end -}}
 {{- if .digest -}}{{ printf "%s@%s" .repository .digest }}{{- else -}}{{ printf "%s:%s" .repository $tag }}{{- end -}}
 {{- end -}}
