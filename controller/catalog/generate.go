@@ -61,7 +61,55 @@ func GenerateMarkdown(c *Catalog) []byte {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", code, r.Severity, r.FaultClass, action,
 			dash(string(r.EscalateTo)), dash(r.Urgency), tol, dash(r.ConditionType), r.Since, esc(r.Description), esc(r.Runbook))
 	}
+	writeApprovalDefaults(&b, c)
 	return b.Bytes()
+}
+
+// writeApprovalDefaults writes which condition reasons are executed on
+// their own and which wait for an approver, by action: Karpenter executes
+// one action, replacing the node (decide.Step sends every other action to
+// awaiting_approval).
+func writeApprovalDefaults(b *bytes.Buffer, c *Catalog) {
+	var own, escalates []string
+	waits := map[Action][]string{}
+	var actions []Action
+	for _, r := range c.Reasons {
+		if r.Severity != SeverityCondition || r.Deprecated {
+			continue
+		}
+		switch {
+		case r.Action == ActionReplace:
+			own = append(own, "`"+r.Code+"` ("+r.TolerationDuration().String()+")")
+		default:
+			if _, ok := waits[r.Action]; !ok {
+				actions = append(actions, r.Action)
+			}
+			waits[r.Action] = append(waits[r.Action], "`"+r.Code+"`")
+			if r.EscalateTo == ActionReplace {
+				escalates = append(escalates, "`"+r.Code+"`")
+			}
+		}
+	}
+	b.WriteString("\n## Approval defaults\n\n")
+	b.WriteString("Karpenter executes one action, replacing the node. A condition reason whose action is `replace`\n")
+	b.WriteString("is executed on its own when its toleration ends; every other action waits in `awaiting_approval`\n")
+	b.WriteString("for an approver (`fleetrepair approve ID --reason ...`). A policy file changes a reason's action\n")
+	b.WriteString("(docs/policy.md). Breakers, the deletion budgets and the kill switch hold any repair.\n\n")
+	b.WriteString("| Action | Reasons | Without an approver |\n|---|---|---|\n")
+	fmt.Fprintf(b, "| replace | %s | executed when the toleration ends |\n", strings.Join(own, ", "))
+	for _, a := range actions {
+		what := "waits for approval"
+		if a == ActionNone {
+			what = "waits for on-call: no repair action of its own"
+		}
+		fmt.Fprintf(b, "| %s | %s | %s |\n", a, strings.Join(waits[a], ", "), what)
+	}
+	if len(escalates) > 0 {
+		fmt.Fprintf(b, "\nEscalation: when the fault of %s returns (the same fault class on\n", strings.Join(escalates, ", "))
+		b.WriteString("the same GPU in an earlier boot, a repeated driver recovery request or GPU initialisation\n")
+		b.WriteString("failure), its diagnosis escalates to `replace` (\"Escalate to\" above) with no toleration and is\n")
+		b.WriteString("executed on its own; a repair already waiting for approval is released by the escalation.\n")
+	}
 }
 
 func dash(s string) string {
