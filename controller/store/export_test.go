@@ -48,3 +48,10 @@ func WriteReportGroup(s *Store, rs []finding.Report, now time.Time) ([]IngestRes
 	}
 	return out, errs
 }
+
+// SQL of the finding insert and of the plan setting queued before it, for
+// TestIngestProbePlan.
+var (
+	SQLInsertNewFindings = insertNewFindingsSQL
+	SQLProbePlan         = sqlProbePlan
+)

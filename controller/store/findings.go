@@ -59,22 +59,41 @@ ON CONFLICT (name) DO NOTHING`
 	// probed.
 	//
 	// It is correlated (a scalar subquery or LATERAL ... LIMIT 1, which
-	// PostgreSQL never pulls up into a join), so the plan is pinned whatever
-	// the statistics: per row, one primary key probe (id, received_at range)
-	// in each partition left after run-time pruning on the row's bounds. A
-	// hash or merge anti-join over the partitions, which the planner chose
-	// for earlier forms of this check (docs/scale.md, "Group commit"),
-	// cannot happen. The cluster and node are compared with IS NOT DISTINCT
-	// FROM (the same as = on these NOT NULL columns), which no index can
-	// serve: otherwise the planner may take the timeline index
-	// findings_node_happened_idx, whose (cluster, node) prefix matches but
-	// whose id comes after the time, and read every finding of the node in
-	// the partition for each row.
+	// PostgreSQL never pulls up into a join): per row, one primary key
+	// probe ((cluster, node, id) equal, received_at range) in each
+	// partition left after run-time pruning on the row's bounds. A hash or
+	// merge anti-join over the partitions, which the planner chose for
+	// earlier forms of this check (docs/scale.md, "Group commit"), cannot
+	// happen.
+	//
+	// The probe must be a primary key probe whatever the statistics say,
+	// including a partition ANALYZEd while it was empty (reltuples 0: a
+	// sequential scan costs nothing, and a generic plan made then keeps
+	// scanning the whole partition per finding as the day fills, until the
+	// next ANALYZE invalidates it). Two things pin it: sqlProbePlan, run
+	// before every statement holding the probe, in its transaction, so that
+	// every plan of these statements, custom or generic, is made with
+	// sequential scans disabled; and the ORDER BY received_at, which the
+	// primary key (cluster, node, id, received_at; migration 00011)
+	// delivers with all of the probe's conditions as index conditions,
+	// while the timeline index (cluster, node, happened, id) would need a
+	// sort: without it the two indexes cost the same on empty statistics
+	// and the planner may take the timeline one, which reads every finding
+	// of the node in the partition for each probe.
+	// TestIngestProbePlan checks both.
 	sqlStoredProbe = `
                SELECT 1 FROM findings f
-               WHERE f.id = u.id AND f.received_at >= u.since AND f.received_at <= u.received_at + {{skew}}::interval
-                 AND (f.cluster, f.node) IS NOT DISTINCT FROM (u.cluster, u.node)
+               WHERE f.cluster = u.cluster AND f.node = u.node AND f.id = u.id
+                 AND f.received_at >= u.since AND f.received_at <= u.received_at + {{skew}}::interval
+               ORDER BY f.received_at
                LIMIT 1`
+
+	// sqlProbePlan disables sequential scans until the end of the
+	// transaction (set_config local: the pipelined batch's implicit
+	// transaction, or the COPY path's explicit one) for the finding insert
+	// statement queued after it (sqlStoredProbe says why). It changes
+	// nothing else the transaction runs: it is the last statement but one.
+	sqlProbePlan = `SELECT set_config('enable_seqscan', 'off', true)`
 
 	// sqlInsertNewFindings inserts the findings of a group (rows of several
 	// nodes, each node once) that sqlStoredProbe does not find, and returns
@@ -349,8 +368,9 @@ func (w *findingInsert) add(cluster, node string, rows *findingRows) int {
 	return len(w.sets) - 1
 }
 
-// queue queues sqlInsertNewFindings, or on the COPY path
-// sqlStoredFindings, for every finding added; read reads its result.
+// queue queues sqlProbePlan and then sqlInsertNewFindings, or on the COPY
+// path sqlStoredFindings, for every finding added; read reads their
+// results.
 func (w *findingInsert) queue(b *pgx.Batch) {
 	n := w.total
 	if w.useCopy() {
@@ -362,6 +382,7 @@ func (w *findingInsert) queue(b *pgx.Batch) {
 			}
 			ids, sinces = append(ids, set.rows.ids...), append(sinces, set.rows.sinces...)
 		}
+		b.Queue(sqlProbePlan)
 		b.Queue(storedFindingsSQL, ids, clusters, nodes, sinces, received, DedupClockSkew)
 		return
 	}
@@ -379,11 +400,15 @@ func (w *findingInsert) queue(b *pgx.Batch) {
 		xids, counts, attrs, evidence = append(xids, r.xids...), append(counts, r.counts...), append(attrs, r.attrs...), append(evidence, r.evidence...)
 		seqs, observed, sinces = append(seqs, r.seqs...), append(observed, r.observed...), append(sinces, r.sinces...)
 	}
+	b.Queue(sqlProbePlan)
 	b.Queue(insertNewFindingsSQL, ids, clusters, nodes, boots, detectors, gpus, devices, xids, counts, attrs, evidence,
 		seqs, observed, received, sinces, DedupClockSkew)
 }
 
 func (w *findingInsert) read(br pgx.BatchResults) error {
+	if _, err := br.Exec(); err != nil { // sqlProbePlan
+		return err
+	}
 	if w.useCopy() {
 		return w.readStored(br)
 	}

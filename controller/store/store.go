@@ -48,9 +48,22 @@ type Store struct {
 }
 
 // DefaultMaxConns is the connection pool size when the DSN does not set
-// pool_max_conns: the ingest group writers take half at most, the
-// reconciler's workers (config.DefaultWorkers, 16) one each.
+// pool_max_conns: the ingest group writers (GroupWriters, half the pool at
+// most) one each, the reconciler's workers (config.DefaultWorkers, 16) one
+// each.
 const DefaultMaxConns = 32
+
+// GroupWriters is how many goroutines write report groups (groupcommit.go),
+// each on one connection. Few on purpose: a group takes the reports waiting
+// when its writer is free, so fewer writers make larger groups, and a
+// group's statements cost about the same for 3 reports as for 30 (node
+// locks, upsert, the finding insert with its partitions). With 16 writers
+// (half the pool, before) small reports came in groups of about 3 and
+// cost twice the PostgreSQL CPU per report of 4 writers; on a PostgreSQL
+// of 2 cores more writers than cores only queue there (docs/scale.md,
+// "Ingest at fleet rate"). Four leave a writer free while another writes a
+// 10,000-finding group.
+const GroupWriters = 4
 
 // Open connects to the database at dsn (a postgres:// URL or a libpq
 // keyword/value string) and checks that it answers. The schema must have been
@@ -82,8 +95,9 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		return nil, fmt.Errorf("ping database %s: %w", redact(cfg.ConnConfig), err)
 	}
 	s := &Store{pool: pool}
-	// Half the pool writes report groups; the rest serves everything else.
-	s.groups = startReportGroups(s, int(cfg.MaxConns)/2)
+	// At most half the pool writes report groups; the rest serves
+	// everything else.
+	s.groups = startReportGroups(s, min(GroupWriters, int(cfg.MaxConns)/2))
 	return s, nil
 }
 
