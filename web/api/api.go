@@ -375,6 +375,11 @@ func (s *server) ingest(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid report", err.Error(), nil)
 		return
 	}
+	if problems := checkReportBounds(&rep); len(problems) > 0 {
+		s.reports.WithLabelValues("invalid").Inc()
+		writeError(w, http.StatusBadRequest, "invalid report", "", problems)
+		return
+	}
 	if !s.authenticateAgent(w, r, &rep) {
 		return
 	}
