@@ -335,10 +335,22 @@ func (r *JobReport) Findings(peerNode func(address string) string) []Finding {
 	return out
 }
 
+// jobFinding makes one end's finding of a failure. Its ID, the idempotency
+// key of a resent report, derives from the job's identity (source, ID) and
+// the failure: its ends, NIC and the job's own log lines (Evidence). The
+// failure's time enters it only when the failure carries no log line (a
+// JSON report's failure, whose time the reporter gives): a log line
+// without a timestamp is placed at the time of the report-job run (or
+// --time), which differs between resends, and must not make a second
+// finding of the same line.
 func jobFinding(r *JobReport, f JobFailure, end, node string, count int, attrs map[string]string, evidence []string) Finding {
 	h := sha256.New()
-	for _, s := range []string{"job-report", r.Job.ID, end, node, f.Kind, f.Node, f.Peer.Node, f.Peer.Address,
-		f.NIC, f.Time.UTC().Format(time.RFC3339Nano)} {
+	parts := []string{"job-report", r.Job.Source, r.Job.ID, end, node, f.Kind, f.Node, f.Peer.Node, f.Peer.Address, f.NIC}
+	if len(f.Evidence) == 0 {
+		parts = append(parts, f.Time.UTC().Format(time.RFC3339Nano))
+	}
+	parts = append(parts, f.Evidence...)
+	for _, s := range parts {
 		h.Write([]byte(s))
 		h.Write([]byte{0})
 	}

@@ -67,8 +67,9 @@ per node replaying kernel logs from the case corpus:
               their repairs wait for on-call approval; 17 other gpu-h100 nodes quiet
 
 It prints what happens as it happens, the dashboard's URL (DEMO MODE local
-login: a name and a role, no password), the API's URL and the DEMO MODE operator
-token ("demo-admin") for on-call actions from the CLI, e.g.
+login: a name and a role, no password), the API's URL, the DEMO MODE operator
+token ("demo-admin") for on-call actions from the CLI and the static agent
+token ("demo-agent-token") for POST /api/v1/reports, e.g.
 
   fleetrepair breakers list --server URL
   fleetrepair breakers resume zone=us-east-1c --reason "AZ healthy" --token demo-admin --server URL
@@ -77,6 +78,9 @@ With --exit-after-scenarios the demo plays on-call itself (it resumes the breake
 once all seven repairs are held), checks every outcome and exits non-zero if one
 is wrong. Budgets in the demo: 20 deletions/h per cluster, 10/h per NodePool.`,
 		Args: cobra.NoArgs,
+		// A runtime error is not a usage error: main prints it once.
+		SilenceUsage:  true,
+		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.toleration <= 0 || o.replaceDelay < 0 || o.timeout <= 0 {
 				return fmt.Errorf("--toleration and --timeout must be > 0 and --replace-delay >= 0 (got %s, %s, %s)", o.toleration, o.timeout, o.replaceDelay)
@@ -154,6 +158,15 @@ func runDemo(ctx context.Context, o demoOptions, out io.Writer) error {
 	defer cancel()
 
 	if _, err := net.ResolveTCPAddr("tcp", o.listen); err != nil {
+		return fmt.Errorf("--listen %q: %w", o.listen, err)
+	}
+	// Before PostgreSQL starts: a second demo on the same address fails
+	// at once, not after a database was set up for nothing.
+	ln, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		return fmt.Errorf("--listen %q: %w (another demo or controller running? pick one with --listen 127.0.0.1:0)", o.listen, err)
+	}
+	if err := ln.Close(); err != nil {
 		return fmt.Errorf("--listen %q: %w", o.listen, err)
 	}
 	dsn := o.databaseURL
@@ -253,6 +266,8 @@ func runDemo(ctx context.Context, o demoOptions, out io.Writer) error {
 		demoOperatorToken, ctrl.URL, demoOperatorToken, ctrl.URL)
 	p("live: curl -N -H 'Authorization: Bearer %s' %s/api/v1/events", demoOperatorToken, ctrl.URL)
 	p("on-call (DEMO MODE local login):  ./bin/fleetrepair approve ID --reason '...' --token %s --server %s", demoOperatorToken, ctrl.URL)
+	p("agent reports (DEMO MODE static agent token %q):  curl -s -H 'Authorization: Bearer %s' -H 'Content-Type: application/json' --data @report.json %s/api/v1/reports",
+		demoToken, demoToken, ctrl.URL)
 
 	var result error
 	if o.exitAfter {

@@ -299,7 +299,9 @@ contexts:
 		{[]string{"approve", fmt.Sprint(f.held["z1-3"]), "--reason", "x", "--context", "nowhere"}, "from context nowhere"},
 		{[]string{"approve", fmt.Sprint(f.held["z1-3"])}, "--reason is required"},
 		{[]string{"approve", "z1-3", "--reason", "x"}, `repair id "z1-3": want a positive number`},
-		{[]string{"repairs", "show", "99999"}, "404 Not Found"},
+		{[]string{"repairs", "show", "99999"}, "404 Not Found: not found: no repair 99999"},
+		{[]string{"approve", "99999", "--reason", "x"}, "not found: no repair 99999"},
+		{[]string{"repairs", "list", "--server", "notaurl"}, `server "notaurl" (from --server) is not an http:// or https:// URL`},
 		{[]string{"repairs", "list", "-o", "xml"}, `--output "xml": want table, wide, json, yaml`},
 		{[]string{"repairs", "list", "--context", "staging"}, `context "staging" is not in the client config`},
 		{[]string{"breakers", "resume", "zone=z1", "--reason", "x"}, "403 Forbidden"}, // otto is no admin

@@ -236,6 +236,9 @@ func (c *connection) client() (*apiclient.Client, target, error) {
 	if err != nil {
 		return nil, t, err
 	}
+	if u, err := url.Parse(t.server); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, t, fmt.Errorf("connect: server %q (from %s) is not an http:// or https:// URL, e.g. https://fleetrepair.example.com", t.server, t.via)
+	}
 	cl, err := apiclient.New(t.server, apiclient.Options{Token: t.token, HTTPClient: t.http, Proxied: t.http != nil})
 	return cl, t, err
 }

@@ -80,6 +80,7 @@ unknown ones: after an install every node should be ok.
 	lf.StringVar(&q.Zone, "zone", "", "only this zone")
 	lf.StringVar(&q.Search, "name", "", "only nodes whose name contains this")
 	lf.StringVar(&q.Health, "health", "", "only this health: ok, failing, unknown, or attention (failing or unknown)")
+	lf.BoolVar(&q.IncludeRemoved, "include-removed", false, "also list nodes whose Kubernetes Node is gone (replaced, scaled down); their history stays readable with nodes show")
 	lf.IntVar(&q.Limit, "limit", 50, "page size (1-500)")
 	lf.StringVar(&q.Cursor, "cursor", "", "continue after the page that printed this cursor")
 	lf.BoolVar(&all, "all", false, "follow the cursor through every page")

@@ -90,6 +90,10 @@ Exit status: 0 sent (or printed with --dry-run), 1 refused or unreachable.`,
 			if len(res.UnresolvedPeers) > 0 {
 				fmt.Fprintf(out, "peers no Node holds (only the reporting end filed): %s\n", strings.Join(res.UnresolvedPeers, ", "))
 			}
+			if len(res.UnknownNodes) > 0 {
+				fmt.Fprintf(cmd.ErrOrStderr(), "warning: no Node of cluster %s is named %s: its findings were filed but reach no node; name the Node with --node NODE or --host HOST=NODE\n",
+					rep.Cluster, strings.Join(res.UnknownNodes, ", "))
+			}
 			if res.FabricIncident {
 				fmt.Fprintf(out, "fabric incident: %d node pairs failed at once; filed for the cohort breakers, not against the nodes\n", res.Pairs)
 			}

@@ -104,3 +104,53 @@ func TestReportJob(t *testing.T) {
 		t.Errorf("json report: %v\n%s", err, out)
 	}
 }
+
+// TestReportJobResendIsIdempotent: a job log whose lines carry no time,
+// sent twice without --time (each run places them at its own now), stores
+// each finding once; a reporting host that maps to no Node is warned
+// about, a Node the controller knows is not.
+func TestReportJobResendIsIdempotent(t *testing.T) {
+	ctx := context.Background()
+	st := pgtest.Store(t)
+	ops, err := auth.NewOperators([]auth.Operator{{Name: "epilog", Role: auth.RoleReporter, TokenSHA256: auth.TokenHash("rep")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := api.Handler(api.Config{Store: st, Catalog: catalog.Default(), Clusters: []string{"prod"}, Operators: ops,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	cli := func(args ...string) (string, string, error) {
+		var out, errOut bytes.Buffer
+		err := run(ctx, append([]string{"report-job", "--server", srv.URL, "--token", "rep", "--cluster", "prod",
+			"--job-id", "kubeflow/ml/job-a", "--job-source", "kubeflow", "--peer", "10.0.2.36=gpu-b", "--file", c29 + "input.job.log"}, args...),
+			strings.NewReader(""), &out, &errOut)
+		return out.String(), errOut.String(), err
+	}
+	// Without --host the job's host name is taken for the Node: none is.
+	out, warn, err := cli()
+	if err != nil || !strings.Contains(out, "(2 new)") {
+		t.Fatalf("first send: %v\n%s%s", err, out, warn)
+	}
+	if !strings.Contains(warn, "warning: no Node of cluster prod is named job-a-worker-0") {
+		t.Errorf("unmapped host not warned about: %q", warn)
+	}
+	if out, warn, err = cli(); err != nil || !strings.Contains(out, "(0 new)") {
+		t.Fatalf("resend: %v\n%s%s", err, out, warn)
+	}
+	for _, n := range []string{"job-a-worker-0", "gpu-b"} {
+		if fs, err := st.FindingsForNode(ctx, "prod", n, time.Time{}, 0); err != nil || len(fs) != 1 {
+			t.Errorf("%s: %d findings, %v; want 1 (a resend is deduplicated)", n, len(fs), err)
+		}
+	}
+	// A Node the controller knows (its agent reported) draws no warning.
+	if _, err := st.IngestReport(ctx, finding.Report{SchemaVersion: finding.SchemaVersion, Cluster: "prod", Node: "gpu-a", BootID: "b"}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if out, warn, err = cli("--host", "job-a-worker-0=gpu-a"); err != nil || !strings.Contains(out, "(2 new) on gpu-a, gpu-b") || warn != "" {
+		t.Errorf("known node: %v\n%s%s", err, out, warn)
+	}
+}

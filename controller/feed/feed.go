@@ -160,8 +160,9 @@ func New(cfg Config) (*Hub, error) {
 type Subscription struct {
 	Replay []store.Event
 	// Reset is set when the client's Last-Event-ID is older than the
-	// retained events or more than Replay events behind: what it missed is
-	// not replayed, it must reload its state; ResetReason says why.
+	// retained events, more than Replay events behind, or past the newest
+	// stored event (a restored database): what it missed is not replayed,
+	// it must reload its state; ResetReason says why.
 	Reset       bool
 	ResetReason string
 	// Position is the id of the Hub when the subscription began: the last
@@ -196,9 +197,9 @@ func (h *Hub) remove(s *Subscription) {
 }
 
 // Subscribe starts a stream. With resume set, the events after lastID are
-// replayed (at most Config.Replay; beyond that, or when lastID is older
-// than the retained events, the subscription is a Reset); without it the
-// stream starts now. Errors: ErrNotReady, ErrTooMany, or the Source's.
+// replayed (at most Config.Replay; beyond that, when lastID is older
+// than the retained events, or when it is past the newest stored event,
+// the subscription is a Reset); without it the stream starts now. Errors: ErrNotReady, ErrTooMany, or the Source's.
 func (h *Hub) Subscribe(ctx context.Context, lastID int64, resume bool) (*Subscription, error) {
 	s := &Subscription{hub: h, c: make(chan store.Event, h.cfg.Buffer)}
 	s.C = s.c
@@ -215,8 +216,24 @@ func (h *Hub) Subscribe(ctx context.Context, lastID int64, resume bool) (*Subscr
 	h.streams.Inc()
 	s.Position = h.cursor
 	h.mu.Unlock()
-	if !resume || lastID >= s.Position {
-		return s, nil // live from here (a client ahead of this replica skips what it has: see Stream)
+	if !resume || lastID == s.Position {
+		return s, nil // live from here
+	}
+	if lastID > s.Position {
+		// Ahead of this replica's feed: another replica's feed may have
+		// read newer events (then the stream skips what the client has),
+		// but an id past every stored event is from another database (a
+		// restore, a rebuilt one): the client would wait for ids that are
+		// never written. It restarts from here instead.
+		_, newest, err := h.cfg.Source.EventBounds(ctx)
+		if err != nil {
+			s.Close()
+			return nil, fmt.Errorf("subscribe: %w", err)
+		}
+		if lastID > newest {
+			s.Reset, s.ResetReason = true, fmt.Sprintf("event %d is ahead of the newest stored event %d (the database was restored or replaced): the stream restarted from %d", lastID, newest, s.Position)
+		}
+		return s, nil
 	}
 	if err := h.replay(ctx, s, lastID); err != nil {
 		s.Close()

@@ -353,6 +353,10 @@ func (r *Reconciler) reconcile(ctx context.Context, cluster, node string, ledger
 		if _, err := r.cfg.Store.DeactivateDiagnoses(ctx, cluster, node, nil, now); err != nil {
 			return reconciled{}, fmt.Errorf("reconcile %s/%s: %w", cluster, node, err)
 		}
+		// Out of the fleet counts and silent-agent gauges, history kept.
+		if err := r.cfg.Store.MarkNodeRemoved(ctx, cluster, node, now); err != nil {
+			return reconciled{}, fmt.Errorf("reconcile %s/%s: %w", cluster, node, err)
+		}
 		if hasOpen && !ledgerOnly {
 			return reconciled{}, r.nodeGone(ctx, k, open, now)
 		}

@@ -177,6 +177,10 @@ func TestGPULostIsReplacedAfterToleration(t *testing.T) {
 		t.Fatalf("replacements = %d, want exactly 1", len(reps))
 	}
 	expect.ExpectAuditPath(t, e.st, rs[0].ID, ledger.Detected, ledger.Quarantined, ledger.Tolerating, ledger.Deleting, ledger.Replaced)
+	// The replaced node is out of the fleet (counts, silent agents), its row kept.
+	if n, err := e.st.GetNode(ctx, "c1", "node-lost"); err != nil || !n.Removed() {
+		t.Fatalf("replaced node-lost: removed %v at %v (%v), want removed", n.Removed(), n.RemovedAt, err)
+	}
 	// Verification finds the Node Karpenter launched instead, Ready and healthy.
 	e.clock.Add(3 * time.Minute)
 	if err := e.rec.VerifyReplacements(ctx); err != nil {

@@ -27,6 +27,9 @@ type NodeFilter struct {
 	AfterCluster, AfterName string
 	// Limit is the page size: <= 0 means DefaultListLimit, at most MaxListLimit.
 	Limit int
+	// IncludeRemoved keeps the nodes whose Kubernetes Node is gone
+	// (Node.Removed); by default they are left out.
+	IncludeRemoved bool
 }
 
 // Node health filters of NodeFilter.Health.
@@ -72,6 +75,9 @@ func (s *Store) NodePage(ctx context.Context, f NodeFilter) (rows []NodeRow, mor
 	}
 	if f.Cluster != "" {
 		add("n.cluster = ?", f.Cluster)
+	}
+	if !f.IncludeRemoved {
+		add(sqlNodeLive)
 	}
 	if f.NodePool != "" {
 		add("n.nodepool = ?", f.NodePool)
@@ -147,7 +153,7 @@ WITH f AS (
   SELECT n.cluster, n.nodepool,
          EXISTS (SELECT 1 FROM diagnoses d WHERE d.cluster = n.cluster AND d.node = n.name AND d.active AND d.severity = 'condition') AS failing,
          (n.last_seen IS NULL OR n.last_seen < $1) AS silent
-  FROM nodes n
+  FROM nodes n WHERE ` + sqlNodeLive + `
 ), r AS (
   SELECT cluster, nodepool, count(*) FILTER (WHERE state = 'deleting') AS deleting,
          count(*) FILTER (WHERE state = 'awaiting_approval') AS held, count(*) AS open
@@ -164,7 +170,7 @@ ORDER BY 1, 2`
 
 // FleetSummary returns every NodePool's node counts by health (agents silent
 // since before staleBefore count as silent) and open repairs, by cluster and
-// NodePool.
+// NodePool. Removed nodes (Node.Removed) are not counted.
 func (s *Store) FleetSummary(ctx context.Context, staleBefore time.Time) ([]NodePoolSummary, error) {
 	rows, _ := s.pool.Query(ctx, sqlFleetSummary, staleBefore)
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (NodePoolSummary, error) {

@@ -39,7 +39,7 @@ GROUP BY 1, 2, 3 ORDER BY 1, 2, 3`
 SELECT cluster,
        count(*) FILTER (WHERE last_seen >= $1),
        count(*) FILTER (WHERE last_seen < $1 AND last_seen >= $2)
-FROM nodes WHERE last_seen IS NOT NULL
+FROM nodes n WHERE last_seen IS NOT NULL AND ` + sqlNodeLive + `
 GROUP BY cluster ORDER BY cluster`
 )
 
@@ -61,9 +61,10 @@ func (s *Store) OpenRepairCounts(ctx context.Context) ([]RepairCount, error) {
 
 // AgentCounts counts, per cluster, the nodes whose agent last reported at or
 // after reportingSince (Reporting) and those whose last report lies in
-// [silentSince, reportingSince) (Silent). Nodes never heard from, and nodes
-// silent since before silentSince (deleted nodes stay in the table), are in
-// neither count. A cluster with no node in either is absent.
+// [silentSince, reportingSince) (Silent). Nodes never heard from, nodes
+// whose Kubernetes Node is gone (Node.Removed), and nodes silent since
+// before silentSince (a removal the controller missed), are in neither
+// count. A cluster with no node in either is absent.
 func (s *Store) AgentCounts(ctx context.Context, reportingSince, silentSince time.Time) ([]AgentCount, error) {
 	rows, _ := s.pool.Query(ctx, sqlAgentCounts, reportingSince, silentSince)
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (AgentCount, error) {

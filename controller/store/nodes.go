@@ -58,9 +58,26 @@ type Node struct {
 	OptOut       string
 	DoNotDisrupt string
 
+	// RemovedAt is when the controller saw the node's Kubernetes Node gone
+	// (MarkNodeRemoved); zero while it is present. Removed tells whether
+	// that still holds.
+	RemovedAt time.Time
+
 	CreatedAt time.Time
 	UpdatedAt time.Time
 }
+
+// Removed reports whether the node is out of the fleet: its Node was seen
+// gone (RemovedAt) and its agent has not reported since (a report after
+// the removal means a node of that name is back). The SQL twin is
+// sqlNodeLive.
+func (n Node) Removed() bool {
+	return !n.RemovedAt.IsZero() && !n.LastSeen.After(n.RemovedAt)
+}
+
+// sqlNodeLive is the SQL form of !Node.Removed for the nodes row aliased n:
+// the fleet counts, the agent gauges and the node list keep only these.
+const sqlNodeLive = `(n.removed_at IS NULL OR COALESCE(n.last_seen > n.removed_at, false))`
 
 const (
 	sqlClusterCols = `name, created_at, deletions_per_hour, max_in_flight_per_nodepool, nodepool_deletions_per_hour`
@@ -81,13 +98,14 @@ ON CONFLICT (name) DO UPDATE SET nodepool_deletions_per_hour = excluded.nodepool
 	sqlListClusters = `SELECT ` + sqlClusterCols + ` FROM clusters ORDER BY name`
 
 	nodeCols = `cluster, name, boot_id, driver_version, kernel_version, agent_version, heartbeat, last_seen,
-nodepool, zone, instance_type, nodeclaim, created_at, updated_at, labels, opt_out, do_not_disrupt`
+nodepool, zone, instance_type, nodeclaim, created_at, updated_at, labels, opt_out, do_not_disrupt, removed_at`
 
 	sqlGetNode = `SELECT ` + nodeCols + ` FROM nodes WHERE cluster = $1 AND name = $2`
 	// $1 = '' lists every cluster.
 	sqlListNodes = `SELECT ` + nodeCols + ` FROM nodes WHERE $1 = '' OR cluster = $1 ORDER BY cluster, name`
 
 	// The Kubernetes columns only; the agent's columns are IngestReport's.
+	// The Node is there (the reconciler read it): no longer removed.
 	sqlUpsertNodeMeta = `
 INSERT INTO nodes AS n (cluster, name, nodepool, zone, instance_type, nodeclaim, created_at, updated_at, labels)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $8)
@@ -97,7 +115,8 @@ ON CONFLICT (cluster, name) DO UPDATE SET
     zone = excluded.zone,
     instance_type = excluded.instance_type,
     nodeclaim = excluded.nodeclaim,
-    updated_at = excluded.updated_at
+    updated_at = excluded.updated_at,
+    removed_at = NULL
 RETURNING ` + nodeCols
 )
 
@@ -203,6 +222,43 @@ func (s *Store) UpsertNodeMeta(ctx context.Context, n Node, now time.Time) (Node
 	return out, nil
 }
 
+const sqlMarkNodeRemoved = `
+UPDATE nodes SET removed_at = $3, updated_at = $3
+WHERE cluster = $1 AND name = $2 AND (removed_at IS NULL OR last_seen > removed_at)`
+
+// MarkNodeRemoved records that the node's Kubernetes Node is gone at now
+// (the reconciler read NotFound: replaced, scaled down), so the node leaves
+// the fleet counts, the agent gauges and the node list while its history
+// stays readable (Node.Removed). A node already removed keeps its first
+// removal time; a node not stored writes nothing. Cleared by the Node
+// coming back (UpsertNodeMeta, ReadNode) or, without a write, by a report
+// of its agent received after now.
+func (s *Store) MarkNodeRemoved(ctx context.Context, cluster, node string, now time.Time) error {
+	if _, err := s.pool.Exec(ctx, sqlMarkNodeRemoved, cluster, node, now); err != nil {
+		return errorf(err, "mark node %s/%s removed", cluster, node)
+	}
+	return nil
+}
+
+const sqlPresentNodes = `
+SELECT n.name FROM nodes n WHERE n.cluster = $1 AND n.name = ANY ($2) AND ` + sqlNodeLive
+
+// PresentNodes returns which of names are stored nodes of the cluster that
+// are not removed (Node.Removed): nodes the reconciler or an agent knows.
+// Names neither knows (a job's host name taken for a Node) are absent.
+func (s *Store) PresentNodes(ctx context.Context, cluster string, names []string) (map[string]bool, error) {
+	rows, _ := s.pool.Query(ctx, sqlPresentNodes, cluster, names)
+	got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, errorf(err, "look up nodes of cluster %s", cluster)
+	}
+	out := make(map[string]bool, len(got))
+	for _, n := range got {
+		out[n] = true
+	}
+	return out, nil
+}
+
 const sqlSetNodeOwners = `
 UPDATE nodes SET opt_out = $3, do_not_disrupt = $4, updated_at = $5
 WHERE cluster = $1 AND name = $2 AND (opt_out <> $3 OR do_not_disrupt <> $4)`
@@ -225,11 +281,12 @@ func scanNodeWith(row pgx.CollectableRow, extra ...any) (Node, error) {
 		n        Node
 		hb       []byte
 		lastSeen *time.Time
+		removed  *time.Time
 		labels   []byte
 	)
 	err := row.Scan(append([]any{&n.Cluster, &n.Name, &n.BootID, &n.DriverVersion, &n.KernelVersion, &n.AgentVersion,
 		&hb, &lastSeen, &n.NodePool, &n.Zone, &n.InstanceType, &n.NodeClaim, &n.CreatedAt, &n.UpdatedAt, &labels,
-		&n.OptOut, &n.DoNotDisrupt}, extra...)...)
+		&n.OptOut, &n.DoNotDisrupt, &removed}, extra...)...)
 	if err != nil {
 		return n, err
 	}
@@ -244,7 +301,7 @@ func scanNodeWith(row pgx.CollectableRow, extra ...any) (Node, error) {
 			return n, err
 		}
 	}
-	n.LastSeen = fromNull(lastSeen)
+	n.LastSeen, n.RemovedAt = fromNull(lastSeen), fromNull(removed)
 	n.CreatedAt, n.UpdatedAt = n.CreatedAt.UTC(), n.UpdatedAt.UTC()
 	return n, nil
 }

@@ -274,13 +274,28 @@ func writeError(w http.ResponseWriter, status int, msg, detail string, validatio
 	writeJSON(w, status, ErrorBody{Message: msg, Detail: detail, Validations: validations})
 }
 
+// missing names what a 404 did not find from the route's parameters:
+// "no repair 999" (for /repairs/999 and /repairs/999/approve alike), "no
+// node c1/n7", "no cluster c9"; else "no" and the path under /api/v1.
+func missing(r *http.Request) string {
+	switch id, cluster, node := chi.URLParam(r, "id"), chi.URLParam(r, "cluster"), chi.URLParam(r, "node"); {
+	case id != "" && strings.HasPrefix(r.URL.Path, "/api/v1/repairs/"):
+		return "no repair " + id
+	case node != "":
+		return "no node " + cluster + "/" + node
+	case cluster != "":
+		return "no cluster " + cluster
+	}
+	return "no " + strings.TrimPrefix(r.URL.Path, "/api/v1/")
+}
+
 // writeStoreError maps store errors to status codes: ErrNotFound 404,
 // ErrConflict 409, ErrInvalid 400, anything else 500 (logged, not echoed).
 // A database's own error text is never echoed.
 func (s *server) writeStoreError(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		writeError(w, http.StatusNotFound, "not found", "no "+strings.TrimPrefix(r.URL.Path, "/api/v1/"), nil)
+		writeError(w, http.StatusNotFound, "not found", missing(r), nil)
 	case errors.Is(err, store.ErrConflict):
 		writeError(w, http.StatusConflict, "conflict", err.Error(), nil)
 	case errors.Is(err, store.ErrInvalid) && store.DatabaseRefused(err):
@@ -373,6 +388,11 @@ func (s *server) ingest(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		writeError(w, http.StatusBadRequest, "invalid report", err.Error(), nil)
+		return
+	}
+	if problems := checkReportBounds(&rep); len(problems) > 0 {
+		s.reports.WithLabelValues("invalid").Inc()
+		writeError(w, http.StatusBadRequest, "invalid report", "", problems)
 		return
 	}
 	if !s.authenticateAgent(w, r, &rep) {

@@ -306,3 +306,28 @@ func TestEventStream(t *testing.T) {
 		t.Fatalf("resume from a pruned id: %+v (%v), want a reset with its reason", reset, err)
 	}
 }
+
+// A client resuming with a Last-Event-ID past every stored event (its id
+// is from a database since restored) gets a reset that says so and then
+// the live events, instead of a stream that waits for ids never written.
+func TestEventStreamAheadOfTheDatabase(t *testing.T) {
+	t.Parallel()
+	e := newStreamEnv(t)
+	live := e.stream(t, "")
+	openHeld(t, e.st, "n1")
+	first := nextSSE(t, live)
+	id, err := strconv.ParseInt(first.ID, 10, 64)
+	if err != nil {
+		t.Fatalf("event id %q: %v", first.ID, err)
+	}
+	ahead := e.stream(t, strconv.FormatInt(id+146, 10))
+	reset := nextSSE(t, ahead)
+	var rv api.ResetEvent
+	if err := json.Unmarshal([]byte(reset.Data), &rv); reset.Event != "reset" || err != nil || !strings.Contains(rv.Reason, "ahead of the newest stored event") || rv.Position != id {
+		t.Fatalf("resume from %d: %+v (%v), want a reset from %d saying the id is ahead", id+146, reset, err, id)
+	}
+	openHeld(t, e.st, "n2")
+	if next := nextSSE(t, ahead); next.Event != "repair" || !strings.Contains(next.Data, "n2") {
+		t.Fatalf("after the reset: %+v, want n2's opening", next)
+	}
+}

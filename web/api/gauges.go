@@ -14,8 +14,9 @@ import (
 
 // AgentSilentWindow bounds the silent agents of fleetrepair_agents_silent:
 // a node that last reported more than StaleAfter ago but within this window.
-// Nodes Karpenter deleted stay in the store; after this window they stop
-// counting as silent.
+// Nodes whose Kubernetes Node the controller saw deleted are not counted
+// (store.Node.Removed); a deletion it missed stops counting after this
+// window.
 const AgentSilentWindow = time.Hour
 
 // gauges is the collector of the state gauges on-call alerts on, read from

@@ -334,7 +334,8 @@ func (s *server) authenticateAgent(w http.ResponseWriter, r *http.Request, rep *
 // SentAt off by more than that is the agent's clock, never a report's age:
 //
 //   - ahead: SentAt becomes now, and a finding Time more than MaxClockSkew
-//     ahead becomes now, so one report from a node with a wrong clock, or a
+//     ahead becomes now (so does one before MinFindingTime: a clock never
+//     set), so one report from a node with a wrong clock, or a
 //     forged one, cannot freeze the node's boot ID, heartbeat and versions
 //     (the store applies the newest report by SentAt) nor sort a finding
 //     after every real one;
@@ -371,7 +372,7 @@ func (s *server) clampTimes(rep *finding.Report, now time.Time) {
 				t = now
 			}
 		}
-		if t.After(limit) {
+		if t.After(limit) || t.Before(MinFindingTime) {
 			t = now
 		}
 		if t.Equal(f.Time) {

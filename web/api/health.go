@@ -53,6 +53,9 @@ func (s *server) health(n store.Node, ds []store.DiagnosisRecord) (string, strin
 			return HealthFailing, d.Reason
 		}
 	}
+	if n.Removed() {
+		return HealthUnknown, fmt.Sprintf("Node removed from the cluster at %s (history kept)", n.RemovedAt.Format(time.RFC3339))
+	}
 	stale := s.cfg.StaleAfter
 	if stale <= 0 {
 		stale = 90 * time.Second

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"sort"
+	"time"
 
 	"github.com/fleetrepair/fleetrepair/agent/finding"
 	"github.com/fleetrepair/fleetrepair/controller/auth"
@@ -25,6 +26,12 @@ type JobReportResponse struct {
 	// UnresolvedPeers are peer addresses no Node of the cluster holds: only
 	// the reporting end was filed for them.
 	UnresolvedPeers []string `json:"unresolvedPeers,omitempty"`
+	// UnknownNodes are reporting nodes (failures[].node) that are no Node
+	// of the cluster: no Kubernetes Node holds the name (Config.PeerNodes)
+	// and no agent or reconcile stored it (store.PresentNodes). Their
+	// findings are filed, but nothing reconciles them to a real node: the
+	// reporter named a host, not its Node (report-job --node, --host).
+	UnknownNodes []string `json:"unknownNodes,omitempty"`
 	// FabricIncident is true when the failures spread over many node pairs
 	// at once (finding.FabricIncident): the findings say so and the
 	// diagnosis counts them towards no node's condition; Pairs is how many.
@@ -67,6 +74,17 @@ func (s *server) jobReport(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid job report", err.Error(), nil)
 		return
 	}
+	var old []string
+	for i, f := range rep.Failures {
+		if f.Time.Before(MinFindingTime) {
+			old = append(old, fmt.Sprintf("failures[%d].time: %s is before %s (a clock never set): give the failure's time, or none for the job's end",
+				i, f.Time.UTC().Format(time.RFC3339), MinFindingTime.Format("2006-01-02")))
+		}
+	}
+	if len(old) > 0 {
+		writeError(w, http.StatusBadRequest, "invalid job report", "", old)
+		return
+	}
 	if !s.serves(rep.Cluster) {
 		writeError(w, http.StatusBadRequest, "invalid job report", "", []string{fmt.Sprintf("cluster: %q is not served by this controller (GET /api/v1/clusters)", rep.Cluster)})
 		return
@@ -88,6 +106,7 @@ func (s *server) jobReport(w http.ResponseWriter, r *http.Request) {
 		s.writeIngestError(w, r, err)
 		return
 	}
+	unknown := s.unknownNodes(r.Context(), rep, peers)
 	fabric, pairs := finding.FabricIncident(rep.Failures)
 	s.cfg.Log.InfoContext(r.Context(), "job report stored", "cluster", rep.Cluster, "job", rep.Job.ID, "source", rep.Job.Source,
 		"operator", op.Name, "failures", len(rep.Failures), "inserted", res.Inserted, "fabric_incident", fabric)
@@ -101,11 +120,50 @@ func (s *server) jobReport(w http.ResponseWriter, r *http.Request) {
 	if out.Nodes == nil {
 		out.Nodes = []string{}
 	}
+	if len(unknown) > 0 {
+		out.UnknownNodes = unknown
+		s.cfg.Log.WarnContext(r.Context(), "job report names nodes no Node of the cluster is", "cluster", rep.Cluster, "job", rep.Job.ID, "nodes", unknown)
+	}
 	for a := range unresolved {
 		out.UnresolvedPeers = append(out.UnresolvedPeers, a)
 	}
 	sort.Strings(out.UnresolvedPeers)
 	writeJSON(w, http.StatusOK, out)
+}
+
+// unknownNodes returns, sorted, the report's reporting nodes that neither a
+// Kubernetes Node of the cluster (the values of peers, Config.PeerNodes)
+// nor a present stored node holds. A failed look-up is logged and names
+// none: the warning is advice, the findings are stored either way.
+func (s *server) unknownNodes(ctx context.Context, rep finding.JobReport, peers map[string]string) []string {
+	inKube := make(map[string]bool, len(peers))
+	for _, n := range peers {
+		inKube[n] = true
+	}
+	var ask []string
+	seen := map[string]bool{}
+	for _, f := range rep.Failures {
+		if !seen[f.Node] && !inKube[f.Node] {
+			seen[f.Node] = true
+			ask = append(ask, f.Node)
+		}
+	}
+	if len(ask) == 0 {
+		return nil
+	}
+	present, err := s.cfg.Store.PresentNodes(ctx, rep.Cluster, ask)
+	if err != nil {
+		s.cfg.Log.WarnContext(ctx, "job report: cannot check the reporting nodes", "cluster", rep.Cluster, "err", err)
+		return nil
+	}
+	var out []string
+	for _, n := range ask {
+		if !present[n] {
+			out = append(out, n)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // peerNodes maps the cluster's Node addresses to Node names

@@ -11,6 +11,14 @@ func (s *server) listNodes(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	nq := NodeQuery{Cluster: q.Get("cluster"), NodePool: q.Get("nodepool"), Zone: q.Get("zone"), Search: q.Get("q"),
 		Health: q.Get("health"), Cursor: q.Get("cursor")}
+	if v := q.Get("includeRemoved"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			s.writeErr(w, r, badRequest("invalid query", "includeRemoved: "+strconv.Quote(v)+" is not true or false"))
+			return
+		}
+		nq.IncludeRemoved = b
+	}
 	if l := q.Get("limit"); l != "" {
 		n, err := strconv.Atoi(l)
 		if err != nil || n < 1 {

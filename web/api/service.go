@@ -159,10 +159,14 @@ func (sv *Service) NodeDetail(ctx context.Context, cluster, name string) (NodeDe
 
 // NodeQuery selects nodes for Nodes (GET /api/v1/nodes): the query
 // parameters cluster, nodepool, zone, q (name contains), health (ok,
-// failing, unknown, attention = failing or unknown), cursor and limit.
+// failing, unknown, attention = failing or unknown), includeRemoved,
+// cursor and limit.
 type NodeQuery struct {
 	Cluster, NodePool, Zone, Search, Health, Cursor string
 	Limit                                           int
+	// IncludeRemoved also lists the nodes whose Kubernetes Node is gone
+	// (Node.RemovedAt); they are left out by default.
+	IncludeRemoved bool
 }
 
 // NodeItem is one node of a node listing with its derived health.
@@ -187,7 +191,7 @@ type NodeList struct {
 func (sv *Service) Nodes(ctx context.Context, q NodeQuery) (NodeList, error) {
 	s := sv.s
 	f := store.NodeFilter{Cluster: q.Cluster, NodePool: q.NodePool, Zone: q.Zone, Search: q.Search, Limit: q.Limit,
-		StaleBefore: s.cfg.Now().Add(-s.staleAfter())}
+		IncludeRemoved: q.IncludeRemoved, StaleBefore: s.cfg.Now().Add(-s.staleAfter())}
 	var problems []string
 	switch q.Health {
 	case "":

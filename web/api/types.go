@@ -56,6 +56,9 @@ type Node struct {
 	Zone          string             `json:"zone,omitempty"`
 	InstanceType  string             `json:"instanceType,omitempty"`
 	NodeClaim     string             `json:"nodeClaim,omitempty"`
+	// RemovedAt is when the controller saw the Kubernetes Node gone
+	// (store.Node.Removed); nil while it is present.
+	RemovedAt *time.Time `json:"removedAt,omitempty"`
 }
 
 // Diagnosis is a stored diagnosis.
@@ -100,9 +103,13 @@ func toAudit(a store.AuditEntry) AuditEntry {
 }
 
 func toNode(n store.Node) Node {
-	return Node{Cluster: n.Cluster, Name: n.Name, BootID: n.BootID, DriverVersion: n.DriverVersion, KernelVersion: n.KernelVersion,
+	out := Node{Cluster: n.Cluster, Name: n.Name, BootID: n.BootID, DriverVersion: n.DriverVersion, KernelVersion: n.KernelVersion,
 		AgentVersion: n.AgentVersion, Heartbeat: n.Heartbeat, LastSeen: opt(n.LastSeen), NodePool: n.NodePool, Zone: n.Zone,
 		InstanceType: n.InstanceType, NodeClaim: n.NodeClaim}
+	if n.Removed() {
+		out.RemovedAt = opt(n.RemovedAt)
+	}
+	return out
 }
 
 func toDiagnosis(d store.DiagnosisRecord) Diagnosis {

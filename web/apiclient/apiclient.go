@@ -302,6 +302,9 @@ func (c *Client) Nodes(ctx context.Context, q api.NodeQuery) (api.NodeList, erro
 	if q.Limit > 0 {
 		p.Limit = &q.Limit
 	}
+	if q.IncludeRemoved {
+		p.IncludeRemoved = &q.IncludeRemoved
+	}
 	return answer[api.NodeList](c.gen.ListNodesWithResponse(ctx, p))
 }
 

@@ -220,6 +220,9 @@ type ListNodesParams struct {
 	// Health attention is failing or unknown
 	Health *ListNodesParamsHealth `form:"health,omitempty" json:"health,omitempty"`
 
+	// IncludeRemoved also list the nodes whose Kubernetes Node is gone (removedAt set); left out by default
+	IncludeRemoved *bool `form:"includeRemoved,omitempty" json:"includeRemoved,omitempty"`
+
 	// Cursor the nextCursor of the previous page
 	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
 
@@ -1506,6 +1509,18 @@ func NewListNodesRequest(server string, params *ListNodesParams) (*http.Request,
 		if params.Health != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "health", *params.Health, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.IncludeRemoved != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "includeRemoved", *params.IncludeRemoved, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
