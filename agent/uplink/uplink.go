@@ -25,7 +25,7 @@ type Uplink struct {
 	q        *memQueue
 	spool    *spool // nil without Config.SpoolDir; used by the sender only
 	m        *metrics
-	spooled  int // findings this uplink counts on spool_findings; owned by New and then the sender
+	spooled  int           // findings this uplink counts on spool_findings; owned by New and then the sender
 	wake     chan struct{} // Enqueue/SetHeartbeat -> sender; buffer 1, never blocks
 	running  atomic.Bool
 	overflow atomic.Bool // the queue dropped since it was last empty (logged once)
