@@ -507,8 +507,8 @@ func testSimRun(t *testing.T, env *envtest.Env) {
 func testCacheWireFormats(t *testing.T, env *envtest.Env) {
 	_, _ = realFleet(t, env, "wire", "wire-1")
 	var mu sync.Mutex
-	seen := map[string]string{} // "list nodes", "watch nodeclaims", ... -> response Content-Type
-	watches := map[string]int{} // the same keys -> requests
+	seen := map[string]string{}     // "list nodes", "watch nodeclaims", ... -> response Content-Type
+	watches := map[string]int{}     // the same keys -> requests
 	const timeout = 2 * time.Second // CachedOptions.RequestTimeout
 	cfg := rest.CopyConfig(env.Config)
 	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
