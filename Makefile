@@ -81,7 +81,7 @@ LOAD_DB_POOL    ?= 32
 load:
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/fleetrepair ./cmd/fleetrepair
-	$(GO) test ./test/load -run '^$$' -bench . -benchtime 1x -timeout 120m -args -load.binary=$(CURDIR)/$(BIN)/fleetrepair \
+	$(GO) test ./test/load -run '^$$' -bench '^BenchmarkLoad$$' -benchtime 1x -timeout 120m -args -load.binary=$(CURDIR)/$(BIN)/fleetrepair \
 		-load.nodes=$(LOAD_NODES) -load.clusters=$(LOAD_CLUSTERS) -load.first-cluster-nodes=$(LOAD_FIRST_NODES) -load.profile=$(LOAD_PROFILE) -load.replicas=$(LOAD_REPLICAS) -load.workers=$(LOAD_WORKERS) \
 		-load.steady=$(LOAD_STEADY) -load.pg-outage=$(LOAD_PG_OUTAGE) -load.toleration=$(LOAD_TOLERATION) -load.db-pool=$(LOAD_DB_POOL) \
 		-load.out=$(CURDIR)/$(BIN)/load-$(LOAD_NODES).txt -load.logs=$(CURDIR)/$(BIN)/load-logs-$(LOAD_NODES)
