@@ -40,6 +40,7 @@ func newControllerCmd() *cobra.Command {
 		kubeQPS                              float64
 		kubeBurst                            int
 		secretsNS, secretsKubeconfig         string
+		findingCompaction                    bool
 	)
 	cmd := &cobra.Command{
 		Use:   "controller",
@@ -73,6 +74,7 @@ stops the controller with an error naming the variable.`,
 				return err
 			}
 			o.Config = &cfg
+			o.NoFindingCompaction = !findingCompaction
 			if kubeQPS <= 0 || kubeBurst <= 0 {
 				return fmt.Errorf("--kube-api-qps and --kube-api-burst must be > 0 (got %g, %d)", kubeQPS, kubeBurst)
 			}
@@ -176,6 +178,8 @@ stops the controller with an error naming the variable.`,
 	f.DurationVar(&flagCfg.Repair.Resync, "resync", flagCfg.Repair.Resync, "period of the pass over open repairs (config repair.resync)")
 	f.DurationVar(&o.FindingRetention, "finding-retention", 30*24*time.Hour,
 		"drop findings received longer ago than this, a day's partition at a time (0 keeps them all; repairs and audit are always kept)")
+	f.BoolVar(&findingCompaction, "finding-compaction", true,
+		"rewrite each closed day's findings in node-timeline order once, 2h after the day ends (env FLEETREPAIR_FINDING_COMPACTION; false: never)")
 	f.IntVar(&flagCfg.Repair.Workers, "workers", flagCfg.Repair.Workers, "nodes reconciled at once (env FLEETREPAIR_WORKERS; config repair.workers); each holds at most one database connection")
 	f.Float64Var(&kubeQPS, "kube-api-qps", kube.DefaultQPS, "client-side request rate limit per cluster API server (env FLEETREPAIR_KUBE_API_QPS); reads come from informer caches, so this meters writes and watches")
 	f.IntVar(&kubeBurst, "kube-api-burst", kube.DefaultBurst, "client-side request burst per cluster API server (env FLEETREPAIR_KUBE_API_BURST)")

@@ -75,6 +75,13 @@ type Options struct {
 	// day's partition at a time (store.MaintainFindings); 0 keeps every
 	// finding. Repairs, their audit and diagnoses are always kept.
 	FindingRetention time.Duration
+	// NoFindingCompaction stops the hourly rewrite of closed days in
+	// node-timeline order (store.CompactFindings): for a database whose
+	// I/O cannot afford copying a day of findings once (seconds per
+	// million rows) or while a partition problem is investigated. Node
+	// timelines of closed days then read arrival-ordered pages (about 4
+	// times the buffers, docs/scale.md "Compaction of closed days").
+	NoFindingCompaction bool
 	// OIDC configures the dashboard's login (nil: no OIDC login).
 	OIDC *auth.OIDCConfig
 	// DevLogin offers the dashboard's password-less local login: only
@@ -298,7 +305,11 @@ func (c *Controller) maintainFindings(ctx context.Context) {
 	t := time.NewTicker(FindingsMaintenanceInterval)
 	defer t.Stop()
 	for {
-		res, err := c.Store.MaintainFindings(ctx, c.opts.Now(), store.FindingsMaintenance{Retention: c.opts.FindingRetention})
+		m := store.FindingsMaintenance{Retention: c.opts.FindingRetention}
+		if c.opts.NoFindingCompaction {
+			m.Compact = -1
+		}
+		res, err := c.Store.MaintainFindings(ctx, c.opts.Now(), m)
 		switch {
 		case err != nil && ctx.Err() == nil:
 			c.opts.Log.Error("maintain finding partitions", "err", err)
