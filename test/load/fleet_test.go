@@ -44,10 +44,10 @@ func BenchmarkCreateBareNode(b *testing.B) {
 					errs <- first
 				}()
 			}
-			i := 0
+			run, i := uuid.NewString()[:8], 0 // -count reruns: new names
 			for b.Loop() {
 				i++
-				work <- &node{name: fmt.Sprintf("bench-%s-%06d", tc.name, i), zone: "zone-b", cluster: "bench", boot: uuid.NewString()}
+				work <- &node{name: fmt.Sprintf("bench-%s-%s-%06d", tc.name, run, i), zone: "zone-b", cluster: "bench", boot: uuid.NewString()}
 			}
 			close(work)
 			for range 4 {
