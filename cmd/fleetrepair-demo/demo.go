@@ -29,6 +29,7 @@ import (
 	"github.com/fleetrepair/fleetrepair/controller/config"
 	"github.com/fleetrepair/fleetrepair/controller/kube"
 	"github.com/fleetrepair/fleetrepair/controller/ledger"
+	"github.com/fleetrepair/fleetrepair/controller/shadow"
 	"github.com/fleetrepair/fleetrepair/controller/store"
 	"github.com/fleetrepair/fleetrepair/test/fixtures"
 	"github.com/fleetrepair/fleetrepair/test/karpentersim"
@@ -484,7 +485,7 @@ func checkScenarios(ctx context.Context, ctrl *runner.Controller, sim *karpenter
 		"gpu-a100-2 (app-class Xids): Events only, no repair, no NodeClaim deletion",
 		"gpu-a100-3, gpu-a100-4 (quiet): untouched",
 		"zone outage (7 of 8 nodes in " + zoneOutage + "): the zone breaker tripped with its evidence, no replacement before on-call resumed it, then all 7 replaced (paced), no other node touched",
-		"shadow report over the demo: its findings carry their times and it trips the same cohort breakers as the live controller did",
+		"shadow report over the demo: its findings carry their times, it trips the same cohort breakers as the live controller did and deletes the same NodeClaims under the same reasons (those on-call released it holds)",
 	}
 	if len(problems) == 0 {
 		for _, c := range checks {
@@ -615,13 +616,56 @@ func shadowProblems(ctx context.Context, ctrl *runner.Controller, started time.T
 	if err != nil {
 		return []string{"breaker decisions: " + err.Error()}
 	}
-	return compareTrips(rep.Findings, rep.UntimedFindings, func(yield func(string) bool) {
+	out := compareTrips(rep.Findings, rep.UntimedFindings, func(yield func(string) bool) {
 		for _, t := range rep.Trips {
 			if !yield(t.Cohort) {
 				return
 			}
 		}
 	}, ds)
+	live, _, err := ctrl.Store.ListRepairs(ctx, store.RepairFilter{Since: started, Limit: store.MaxListLimit})
+	if err != nil {
+		return append(out, "repairs: "+err.Error())
+	}
+	return append(out, compareDeletions(rep, live)...)
+}
+
+// compareDeletions lists what differs between the NodeClaim deletions of
+// the shadow report and the live controller's (repairs that reached
+// deleting): every deletion the shadow report makes, the live controller
+// made on the same node under the same reason; and every live deletion is
+// either one of the shadow report's or one it holds for on-call (the
+// replay never approves or resumes, docs/shadow.md).
+func compareDeletions(rep shadow.Report, live []store.Repair) []string {
+	deleted := map[string]string{} // cluster/node -> reason
+	for _, rp := range live {
+		if rp.State == ledger.Deleting || rp.State == ledger.Replaced {
+			deleted[rp.Cluster+"/"+rp.Node] = rp.Reason
+		}
+	}
+	held := map[string]bool{}
+	for _, a := range rep.ApprovalsNeeded {
+		held[a.Cluster+"/"+a.Node] = true
+	}
+	var out []string
+	shadowed := map[string]bool{}
+	for _, d := range rep.Deletions {
+		k := d.Cluster + "/" + d.Node
+		shadowed[k] = true
+		switch reason, ok := deleted[k]; {
+		case !ok:
+			out = append(out, fmt.Sprintf("the shadow report deleted %s (%s), the live controller did not", k, d.Reason))
+		case reason != d.Reason:
+			out = append(out, fmt.Sprintf("the shadow report deleted %s under %s, the live controller under %s", k, d.Reason, reason))
+		}
+	}
+	for k, reason := range deleted {
+		if !shadowed[k] && !held[k] {
+			out = append(out, fmt.Sprintf("the live controller deleted %s (%s), the shadow report neither deleted it nor held it for on-call", k, reason))
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // compareTrips lists what differs between the cohorts the shadow report

@@ -3,10 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/fleetrepair/fleetrepair/controller/ledger"
+	"github.com/fleetrepair/fleetrepair/controller/shadow"
 	"github.com/fleetrepair/fleetrepair/controller/store"
 	"github.com/fleetrepair/fleetrepair/test/pgtest"
 )
@@ -64,5 +67,33 @@ func TestCompareTrips(t *testing.T) {
 	}
 	if p := compareTrips(0, 0, trips(), nil); len(p) != 1 {
 		t.Errorf("nothing replayed: %v", p)
+	}
+}
+
+// TestCompareDeletions: a shadow deletion under another reason than the
+// live one, a shadow deletion live never made, and a live deletion the
+// shadow report neither made nor held for on-call are each reported.
+func TestCompareDeletions(t *testing.T) {
+	t.Parallel()
+	live := []store.Repair{
+		{Cluster: "demo", Node: "a1", Reason: "GPULost", State: ledger.Replaced},
+		{Cluster: "demo", Node: "h1", Reason: "GPULost", State: ledger.Replaced}, // released by on-call
+		{Cluster: "demo", Node: "h2", Reason: "GPULost", State: ledger.Deleting}, // neither
+		{Cluster: "demo", Node: "r1", Reason: "GPUHang", State: ledger.Resolved}, // never deleted
+	}
+	same := shadow.Report{Deletions: []shadow.Deletion{{Cluster: "demo", Node: "a1", Reason: "GPULost"}},
+		ApprovalsNeeded: []shadow.Approval{{Cluster: "demo", Node: "h1"}, {Cluster: "demo", Node: "h2"}}}
+	if p := compareDeletions(same, live); len(p) != 0 {
+		t.Errorf("same deletions: %v", p)
+	}
+	diff := shadow.Report{Deletions: []shadow.Deletion{{Cluster: "demo", Node: "a1", Reason: "PCIeFatalError"}, {Cluster: "demo", Node: "r1", Reason: "GPUHang"}},
+		ApprovalsNeeded: []shadow.Approval{{Cluster: "demo", Node: "h1"}}}
+	want := []string{
+		"the live controller deleted demo/h2 (GPULost), the shadow report neither deleted it nor held it for on-call",
+		"the shadow report deleted demo/a1 under PCIeFatalError, the live controller under GPULost",
+		"the shadow report deleted demo/r1 (GPUHang), the live controller did not",
+	}
+	if p := compareDeletions(diff, live); !slices.Equal(p, want) {
+		t.Errorf("compareDeletions = %q\nwant %q", p, want)
 	}
 }

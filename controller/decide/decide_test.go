@@ -390,3 +390,33 @@ func TestNoIO(t *testing.T) {
 		}
 	}
 }
+
+// TestRetarget: an open repair takes the headline's reason until its
+// deletion starts; never for a non-condition headline or a deleting or
+// closed repair.
+func TestRetarget(t *testing.T) {
+	t.Parallel()
+	lost := diagnose.Diagnosis{Severity: catalog.SeverityCondition, Reason: catalog.ReasonGPULost}
+	for _, tt := range []struct {
+		state  ledger.State
+		reason string
+		head   diagnose.Diagnosis
+		want   bool
+	}{
+		{ledger.Tolerating, catalog.ReasonPCIeFatalError, lost, true},
+		{ledger.Detected, catalog.ReasonPCIeFatalError, lost, true},
+		{ledger.Quarantined, catalog.ReasonPCIeFatalError, lost, true},
+		{ledger.AwaitingApproval, catalog.ReasonGPUHang, lost, true},
+		{ledger.Approved, catalog.ReasonGPUHang, lost, true},
+		{ledger.Tolerating, catalog.ReasonGPULost, lost, false},
+		{ledger.Deleting, catalog.ReasonPCIeFatalError, lost, false},
+		{ledger.Replaced, catalog.ReasonPCIeFatalError, lost, false},
+		{ledger.Resolved, catalog.ReasonPCIeFatalError, lost, false},
+		{ledger.Tolerating, catalog.ReasonPCIeFatalError, diagnose.Diagnosis{Severity: catalog.SeverityEvent, Reason: catalog.ReasonGPULost}, false},
+		{ledger.Tolerating, catalog.ReasonPCIeFatalError, diagnose.Diagnosis{}, false},
+	} {
+		if got := decide.Retarget(tt.state, tt.reason, tt.head); got != tt.want {
+			t.Errorf("Retarget(%s, %s, %s/%s) = %v, want %v", tt.state, tt.reason, tt.head.Severity, tt.head.Reason, got, tt.want)
+		}
+	}
+}

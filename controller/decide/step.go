@@ -184,6 +184,26 @@ func Step(r Repair, head diagnose.Diagnosis, f Facts, now time.Time) Next {
 	return Next{Kind: Wait} // terminal
 }
 
+// Retarget reports whether an open repair in state, opened for reason,
+// takes the node's headline diagnosis head as its reason now. Until its
+// deletion starts a repair names the fault that decides its action
+// (Facts.Action is the headline's), so a fault whose findings arrive in
+// two agent reports (an AER surprise-down two seconds before its Xid 79)
+// ends in the same ledger row as when they arrive in one: live
+// (store.RetargetRepair), in the shadow report and in the simulator,
+// whatever the timing. The toleration window, any hold and the approval
+// clock stay as they are; a deleting or closed repair keeps its reason.
+func Retarget(state ledger.State, reason string, head diagnose.Diagnosis) bool {
+	if head.Severity != catalog.SeverityCondition || head.Reason == "" || head.Reason == reason {
+		return false
+	}
+	switch state {
+	case ledger.Detected, ledger.Quarantined, ledger.Tolerating, ledger.AwaitingApproval, ledger.Approved:
+		return true
+	}
+	return false
+}
+
 func released(why string) Next {
 	return Next{Kind: Transition, To: ledger.Approved, Why: why, Detail: map[string]any{"released_by": Actor},
 		Set: map[string]any{"released_by": Actor}}

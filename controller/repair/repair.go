@@ -63,6 +63,10 @@ type Config struct {
 	// Workers is the number of nodes reconciled at once (default 4). Each
 	// holds at most one PostgreSQL connection at a time.
 	Workers int
+	// EvidenceGroup is the most nodes whose evidence-step reads (and
+	// ledger writes) share one PostgreSQL round trip (evidence.go; default
+	// DefaultEvidenceGroup; 1: every node alone).
+	EvidenceGroup int
 	// RetryBase and RetryMax bound the per-node exponential backoff of a
 	// failed reconcile (defaults 500ms and 5m).
 	RetryBase, RetryMax time.Duration
@@ -137,6 +141,9 @@ func (r *Reconciler) crash(point string) bool { return r.cfg.Crash != nil && r.c
 type Reconciler struct {
 	cfg Config
 	log *slog.Logger
+	// evidence is the database part of the evidence step: the store, or
+	// groups of nodes sharing round trips (evidence.go).
+	evidence ledgerDB
 
 	mu sync.Mutex
 	// queue holds the nodes to reconcile: controller-runtime's priority
@@ -211,6 +218,9 @@ func New(cfg Config) (*Reconciler, error) {
 	if cfg.Workers == 0 {
 		cfg.Workers = config.DefaultWorkers
 	}
+	if cfg.EvidenceGroup == 0 {
+		cfg.EvidenceGroup = DefaultEvidenceGroup
+	}
 	if cfg.RetryBase == 0 {
 		cfg.RetryBase = 500 * time.Millisecond
 	}
@@ -226,8 +236,8 @@ func New(cfg Config) (*Reconciler, error) {
 	if cfg.ProbeTimeout == 0 {
 		cfg.ProbeTimeout = 10 * time.Second
 	}
-	if cfg.Workers < 0 || cfg.RetryBase < 0 || cfg.RetryMax < cfg.RetryBase || cfg.ReconcileTimeout < 0 || cfg.ProbeTimeout < 0 {
-		return nil, errors.New("new reconciler: Workers, RetryBase, ReconcileTimeout and ProbeTimeout must not be negative, RetryMax not below RetryBase")
+	if cfg.Workers < 0 || cfg.EvidenceGroup < 0 || cfg.RetryBase < 0 || cfg.RetryMax < cfg.RetryBase || cfg.ReconcileTimeout < 0 || cfg.ProbeTimeout < 0 {
+		return nil, errors.New("new reconciler: Workers, EvidenceGroup, RetryBase, ReconcileTimeout and ProbeTimeout must not be negative, RetryMax not below RetryBase")
 	}
 	if cfg.MaxBreakerAge == 0 {
 		cfg.MaxBreakerAge = config.MaxBreakerAgeOf(cfg.Resync)
@@ -288,6 +298,10 @@ func New(cfg Config) (*Reconciler, error) {
 		o.RateLimiter = workqueue.NewTypedItemExponentialFailureRateLimiter[nodeKey](cfg.RetryBase, cfg.RetryMax)
 		o.MetricProvider = qm
 	})
+	r.evidence = cfg.Store
+	if cfg.EvidenceGroup > 1 {
+		r.evidence = newEvidenceGroups(cfg.Store, cfg.EvidenceGroup)
+	}
 	for name, k := range cfg.Clusters {
 		if k == nil {
 			return nil, fmt.Errorf("new reconciler: cluster %s has no Kubernetes access", name)
@@ -350,7 +364,11 @@ func (r *Reconciler) reconcile(ctx context.Context, cluster, node string, ledger
 	// One round trip: the node's Kubernetes facts recorded, its agent row,
 	// open and latest repair, findings and the saved breaker state read
 	// (store.ReadNode).
-	snap, err := r.cfg.Store.ReadNode(ctx, store.Node{Cluster: cluster, Name: node, NodePool: info.NodePool,
+	db := ledgerDB(r.cfg.Store)
+	if ledgerOnly {
+		db = r.evidence
+	}
+	snap, err := db.ReadNode(ctx, store.Node{Cluster: cluster, Name: node, NodePool: info.NodePool,
 		Zone: info.Zone, InstanceType: info.InstanceType, NodeClaim: info.NodeClaim, Labels: r.cohortLabels(info)}, 10000, now)
 	if err != nil {
 		return reconciled{}, fmt.Errorf("reconcile %s/%s: %w", cluster, node, err)
@@ -384,9 +402,9 @@ func (r *Reconciler) reconcile(ctx context.Context, cluster, node string, ledger
 	// condition diagnosis the repair opened or its findings linked.
 	var rec ledgerStep
 	if head.Severity == catalog.SeverityCondition && !gone {
-		rec, err = r.openRepair(ctx, k, info, head, ds, open, hasOpen, snap, now)
+		rec, err = r.openRepair(ctx, db, k, info, head, ds, open, hasOpen, snap, now)
 	} else {
-		rec.events, err = r.recordDiagnoses(ctx, k, n.BootID, node, ds, store.NodeLedger{}, now)
+		rec.events, _, err = r.writeLedger(ctx, db, k, n.BootID, node, ds, store.NodeLedger{}, now)
 	}
 	if err != nil {
 		return reconciled{}, err
@@ -425,7 +443,7 @@ func (r *Reconciler) reconcile(ctx context.Context, cluster, node string, ledger
 }
 
 // ledgerStep is what the database part of a reconcile recorded
-// (openRepair, recordDiagnoses).
+// (openRepair, writeLedger).
 type ledgerStep struct {
 	// events are the stored diagnoses whose Kubernetes Event is not
 	// written yet.
@@ -444,21 +462,15 @@ type pendingEvent struct {
 	d   diagnose.Diagnosis
 }
 
-// recordDiagnoses stores the diagnoses and deactivates the ones whose
+// writeLedger stores the diagnoses and deactivates the ones whose
 // evidence cleared, with the rest of w (a repair to open, findings to link)
-// in the same transaction (store.WriteNodeLedger); it returns the
+// in the same transaction (db's WriteNodeLedger); it returns the
 // diagnoses that still need their Kubernetes Event and what the store
 // wrote. Events are written after the ledger step (recordEvents), so in a
 // wave a repair opens after database work only, not behind the API
 // client's rate limit; an Event not written yet is written by the next
 // reconcile (EventRecordedAt stays zero until it is).
-func (r *Reconciler) recordDiagnoses(ctx context.Context, k *kube.Cluster, bootID, node string, ds []diagnose.Diagnosis, w store.NodeLedger, now time.Time) ([]pendingEvent, error) {
-	pending, _, err := r.writeLedger(ctx, k, bootID, node, ds, w, now)
-	return pending, err
-}
-
-// writeLedger is recordDiagnoses, also returning what the store wrote.
-func (r *Reconciler) writeLedger(ctx context.Context, k *kube.Cluster, bootID, node string, ds []diagnose.Diagnosis, w store.NodeLedger, now time.Time) ([]pendingEvent, store.NodeLedgerResult, error) {
+func (r *Reconciler) writeLedger(ctx context.Context, db ledgerDB, k *kube.Cluster, bootID, node string, ds []diagnose.Diagnosis, w store.NodeLedger, now time.Time) ([]pendingEvent, store.NodeLedgerResult, error) {
 	w.Cluster, w.Node = k.Name(), node
 	w.Diagnoses = make([]store.DiagnosisRecord, 0, len(ds))
 	for _, d := range ds {
@@ -470,7 +482,7 @@ func (r *Reconciler) writeLedger(ctx context.Context, k *kube.Cluster, bootID, n
 				"escalateTo": d.EscalateTo, "urgency": d.Urgency, "evidence": d.Evidence, "count": d.Count},
 		})
 	}
-	res, err := r.cfg.Store.WriteNodeLedger(ctx, w, now)
+	res, err := db.WriteNodeLedger(ctx, w, now)
 	if err != nil {
 		return nil, res, fmt.Errorf("record diagnoses on %s/%s: %w", k.Name(), node, err)
 	}
@@ -524,6 +536,10 @@ func (r *Reconciler) unhealthy(ctx context.Context, k *kube.Cluster, info kube.N
 	if open.State == ledger.Detected && r.crash("after-quarantine") {
 		return time.Time{}, ErrCrashed
 	}
+	open, err := r.retarget(ctx, open, head, now)
+	if err != nil {
+		return time.Time{}, err
+	}
 	rp, err := r.advance(ctx, k, info, sn, open, head, now)
 	if err != nil || rp.State != ledger.Tolerating {
 		return time.Time{}, err
@@ -532,11 +548,11 @@ func (r *Reconciler) unhealthy(ctx context.Context, k *kube.Cluster, info kube.N
 }
 
 // openRepair records the diagnoses ds of a node whose headline head has
-// condition severity and, in the same transaction (recordDiagnoses), opens
+// condition severity and, in the same transaction (writeLedger), opens
 // the node's repair for head, unless it has one (then it links head's
 // findings to it) or the latest repair (snap.Last) already settled this
 // fault (suppressed, nothing opened). Database work only.
-func (r *Reconciler) openRepair(ctx context.Context, k *kube.Cluster, info kube.NodeInfo, head diagnose.Diagnosis, ds []diagnose.Diagnosis,
+func (r *Reconciler) openRepair(ctx context.Context, db ledgerDB, k *kube.Cluster, info kube.NodeInfo, head diagnose.Diagnosis, ds []diagnose.Diagnosis,
 	open store.Repair, hasOpen bool, snap store.NodeSnapshot, now time.Time) (ledgerStep, error) {
 	node := info.Name
 	var (
@@ -561,7 +577,7 @@ func (r *Reconciler) openRepair(ctx context.Context, k *kube.Cluster, info kube.
 		}
 		w.Actor, w.Reason = Actor, head.Message
 	}
-	events, res, err := r.writeLedger(ctx, k, snap.Node.BootID, node, ds, w, now)
+	events, res, err := r.writeLedger(ctx, db, k, snap.Node.BootID, node, ds, w, now)
 	if err != nil {
 		return ledgerStep{}, fmt.Errorf("open repair on %s/%s: %w", k.Name(), node, err)
 	}

@@ -4,14 +4,21 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/fleetrepair/fleetrepair/agent/finding"
 	"github.com/fleetrepair/fleetrepair/controller/breaker"
 	"github.com/fleetrepair/fleetrepair/controller/diagnose"
 	"github.com/fleetrepair/fleetrepair/controller/kube"
+	"github.com/fleetrepair/fleetrepair/controller/store"
 	"github.com/fleetrepair/fleetrepair/test/envtest"
 	"github.com/fleetrepair/fleetrepair/test/karpentersim"
 	"github.com/fleetrepair/fleetrepair/test/pgtest"
@@ -24,18 +31,35 @@ import (
 // repair opened, breaker consulted) runs for every one of them on the
 // given number of workers against the real PostgreSQL of test/pgtest. The
 // figure is nodes/s; the follow-up (Kubernetes writes) is
-// BenchmarkWaveFollowUp's.
+// BenchmarkWaveFollowUp's. group is Config.EvidenceGroup: 1 sends every
+// node's read and write alone, DefaultEvidenceGroup lets the workers in
+// the step at the same time share their round trips (evidence.go);
+// nodes/read and nodes/write are the nodes per round trip of each kind (1
+// when alone); pg-ms/node is the CPU time of the PostgreSQL backends
+// serving the benchmark's database and ctrl-ms/node the benchmark
+// process's (the reconciler, its cache and pgx), per node: on a shared
+// machine they compare runs better than nodes/s.
 //
 //	go test ./controller/repair -run '^$' -bench WaveLedgerStep -benchtime 400x
 func BenchmarkWaveLedgerStep(b *testing.B) {
 	for _, workers := range []int{4, 16} {
-		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
-			w := newWaveBench(b, b.N)
-			b.ResetTimer()
-			w.run(b, workers, true)
-			b.StopTimer()
-			w.checkOpen(b)
-		})
+		for _, group := range []int{1, DefaultEvidenceGroup} {
+			b.Run(fmt.Sprintf("workers=%d/group=%d", workers, group), func(b *testing.B) {
+				w := newWaveBench(b, b.N, group)
+				pg0, ctrl0 := w.cpu(b)
+				b.ResetTimer()
+				w.run(b, workers, true)
+				b.StopTimer()
+				pg1, ctrl1 := w.cpu(b)
+				b.ReportMetric(float64((pg1-pg0).Microseconds())/1e3/float64(len(w.nodes)), "pg-ms/node")
+				b.ReportMetric(float64((ctrl1-ctrl0).Microseconds())/1e3/float64(len(w.nodes)), "ctrl-ms/node")
+				if g, ok := w.rec.evidence.(*evidenceGroups); ok {
+					b.ReportMetric(float64(g.reads.calls.Load())/float64(g.reads.sent.Load()), "nodes/read")
+					b.ReportMetric(float64(g.writes.calls.Load())/float64(g.writes.sent.Load()), "nodes/write")
+				}
+				w.checkOpen(b)
+			})
+		}
 	}
 }
 
@@ -43,7 +67,7 @@ func BenchmarkWaveLedgerStep(b *testing.B) {
 // (BenchmarkWaveLedgerStep, untimed here) of each of b.N wave nodes: the
 // quarantine written, the repair advanced, the Events recorded.
 func BenchmarkWaveFollowUp(b *testing.B) {
-	w := newWaveBench(b, b.N)
+	w := newWaveBench(b, b.N, DefaultEvidenceGroup)
 	w.run(b, 16, true)
 	b.ResetTimer()
 	w.run(b, 16, false)
@@ -52,14 +76,64 @@ func BenchmarkWaveFollowUp(b *testing.B) {
 type waveBench struct {
 	rec   *Reconciler
 	nodes []string
+	// stats is a connection of its own to the benchmark's database, which
+	// lists the backends serving it (cpu).
+	stats *pgx.Conn
 }
 
-func newWaveBench(b *testing.B, n int) *waveBench {
+// cpu returns the CPU time so far of the PostgreSQL backends connected to
+// the benchmark's database (but stats's own), from /proc/PID/schedstat
+// (nanoseconds; a backend that ended meanwhile is not counted, pgxpool
+// keeps its connections), and of this process (getrusage).
+func (w *waveBench) cpu(b *testing.B) (pg, self time.Duration) {
+	b.Helper()
+	rows, _ := w.stats.Query(context.Background(),
+		`SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()`)
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, pid := range pids {
+		pg += schedTime(fmt.Sprintf("/proc/%d/schedstat", pid))
+	}
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return pg, time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// schedTime is the first field of a schedstat file: time spent on a CPU
+// (0 when it cannot be read: the process ended).
+func schedTime(path string) time.Duration {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(raw))
+	if len(f) == 0 {
+		return 0
+	}
+	ns, _ := strconv.ParseInt(f[0], 10, 64)
+	return time.Duration(ns)
+}
+
+func newWaveBench(b *testing.B, n, group int) *waveBench {
 	b.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	b.Cleanup(cancel)
 	env := envtest.Start(b, envtest.Options{})
-	st := pgtest.Store(b)
+	dsn := pgtest.DSN(b)
+	st, err := store.Open(ctx, dsn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(st.Close)
+	stats, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = stats.Close(context.Background()) })
 	sim := karpentersim.New(env.Client, 0)
 	if err := sim.CreateNodePool(ctx, "gpu"); err != nil {
 		b.Fatal(err)
@@ -109,7 +183,7 @@ func newWaveBench(b *testing.B, n int) *waveBench {
 	}
 	eng, _ := diagnose.New(diagnose.Options{})
 	rec, err := New(Config{Store: st, Engine: eng, Clusters: map[string]*kube.Cluster{"load": k}, Breaker: pol,
-		Toleration: time.Hour, Resync: time.Hour, Workers: 4, Log: slog.New(slog.DiscardHandler)})
+		Toleration: time.Hour, Resync: time.Hour, Workers: 4, EvidenceGroup: group, Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -144,7 +218,7 @@ func newWaveBench(b *testing.B, n int) *waveBench {
 			b.Fatal(err)
 		}
 	}
-	return &waveBench{rec: rec, nodes: names}
+	return &waveBench{rec: rec, nodes: names, stats: stats}
 }
 
 // run reconciles every wave node once on workers goroutines and reports

@@ -473,6 +473,9 @@ func (r *replay) reconcile(n *node, now time.Time) {
 		r.counts(head.Reason).Repairs++
 	}
 	rp := n.rp
+	if decide.Retarget(rp.state, rp.reason, head) {
+		rp.reason = head.Reason // live: store.RetargetRepair
+	}
 	if rp.state == ledger.Failed {
 		// Reported once per condition, until the node is healthy again
 		// (docs/shadow.md, "Failed repairs").
@@ -718,7 +721,7 @@ func (r *replay) finish() {
 	}
 	slices.SortStableFunc(r.out.Open, func(a, b Open) int { return a.TolerationStartedAt.Compare(b.TolerationStartedAt) })
 	if r.out.UntimedFindings > 0 {
-		r.note("%d finding(s) have no observation time; each is placed at the time of the finding stored before it (the store does not return receipt times)",
+		r.note("%d finding(s) have no observation time; each is diagnosed as happening when it was received, and its windows are the receipt's",
 			r.out.UntimedFindings)
 	}
 	if len(r.throttled) > 0 {

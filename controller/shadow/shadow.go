@@ -31,6 +31,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -226,8 +227,8 @@ type Report struct {
 	// Findings counts the stored findings in [since, until) that were
 	// replayed; the lookback before since is read too, as history.
 	Findings int `json:"findings"`
-	// UntimedFindings counts those without an observation time, placed at an
-	// estimate of their receipt (docs/shadow.md).
+	// UntimedFindings counts those without an observation time, diagnosed
+	// as happening when they are delivered (docs/shadow.md).
 	UntimedFindings int `json:"untimedFindings"`
 	// Deletions are the NodeClaim deletions the controller would have made.
 	Deletions []Deletion `json:"deletions"`
@@ -515,49 +516,51 @@ var errTooMany = errors.New("too many findings")
 
 // timed is one stored finding with the time the replay delivers it at.
 type timed struct {
+	// at is when the controller received the finding (its report's ingest
+	// time): the live controller reconciles a node when a report stores
+	// new findings, so findings of one report are delivered together and a
+	// spooled finding arrives late, as it did live. The diagnosis reads
+	// f.Time, when the fault happened.
 	at time.Time
 	f  finding.Finding
-	// untimed: the store has no observation time (Time zero); at is an
-	// estimate of its receipt.
+	// untimed: the finding has no observation time (Time zero); the
+	// diagnosis treats it as happening "now", so a node holding one is
+	// diagnosed again at every pass (node.volatile).
 	untimed bool
 }
 
-// load reads the node's findings from `from` to until, paging past the
-// store's per-call limit. The store orders findings by observation time,
-// untimed ones by receipt time, which it does not return: an untimed
-// finding is placed at the time of the finding before it in that order (a
-// lower bound of its receipt), or when the node's row was created (the
-// store creates it with the node's first report, if not before) when that
-// is later.
+// load reads the node's findings that happened from `from` to until,
+// paging past the store's per-call limit, and orders them by receipt
+// (stable: the store's order, by the time they happened, within one
+// report). A finding received at or after until is left out: the live
+// controller had not seen it.
 func (n *node) load(ctx context.Context, st *store.Store, from, until time.Time, budget *atomic.Int64) error {
+	defer slices.SortStableFunc(n.fs, func(a, b timed) int { return a.at.Compare(b.at) })
 	seen := map[string]bool{}
-	cursor, prev := from, from
-	if n.joinAt.After(prev) {
-		prev = n.joinAt
-	}
+	cursor := from
 	for {
 		page, err := st.FindingsForNodeRange(ctx, n.cluster, n.name, cursor, until, store.MaxFindingsLimit)
 		if err != nil {
 			return err
 		}
 		progress := false
-		for _, f := range page {
-			at, untimed := f.Time, f.Time.IsZero()
-			if untimed {
-				at = prev
+		for _, rf := range page {
+			happened := rf.Time
+			if happened.IsZero() {
+				happened = rf.Received
 			}
-			prev = at
-			if seen[f.ID] {
+			cursor = happened
+			if seen[rf.ID] {
 				continue
 			}
-			seen[f.ID], progress = true, true
-			if !at.Before(until) {
-				return nil
+			seen[rf.ID], progress = true, true
+			if !rf.Received.Before(until) {
+				continue
 			}
 			if budget.Add(-1) < 0 {
 				return errTooMany
 			}
-			n.fs = append(n.fs, timed{at: at, f: f, untimed: untimed})
+			n.fs = append(n.fs, timed{at: rf.Received, f: rf.Finding, untimed: rf.Time.IsZero()})
 			if len(n.fs) >= maxFindingsPerNode {
 				n.truncated = true
 				return nil
@@ -572,6 +575,5 @@ func (n *node) load(ctx context.Context, st *store.Store, from, until time.Time,
 			n.truncated = true
 			return nil
 		}
-		cursor = prev
 	}
 }

@@ -370,3 +370,43 @@ func TestNewestFindingsOverTheLimit(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestDeliveryAtReceipt: the findings of one agent report are delivered
+// together, when the controller received them, as the live controller
+// reconciles the node once per report. A GPU hang (Xid 109, reset: waits
+// for on-call) observed at t0+9s and a lost GPU (Xid 79, replace) at
+// t0+11s, both received at t0+12s, open one repair for GPULost. Delivered
+// at their observed times, the first landed on the t0+10s pass alone: the
+// replay opened GPUHang and deleted the NodeClaim under that reason.
+func TestDeliveryAtReceipt(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t)
+	for i := range 6 {
+		f.node(fmt.Sprintf("n%d", i), "train", "z1", fmt.Sprintf("nc-%d", i))
+	}
+	var fs []finding.Finding
+	for _, x := range []struct {
+		xid int
+		at  time.Duration
+	}{{109, 9 * time.Second}, {79, 11 * time.Second}} {
+		f.seq++
+		g := finding.Finding{Detector: finding.DetectorXid, Node: "n0", BootID: "boot-n0", Time: t0.Add(x.at),
+			GPUPCI: "0000:3b:00.0", Xid: x.xid, Count: 1, Seq: f.seq,
+			Evidence: []string{fmt.Sprintf("NVRM: Xid (PCI:0000:3b:00): %d, pid=1", x.xid)}}
+		g.ID = finding.NewID(g)
+		fs = append(fs, g)
+	}
+	f.report("n0", t0.Add(12*time.Second), fs)
+
+	rep := run(t, config(t, f.st), t0.Add(time.Hour))
+	if len(rep.Deletions) != 1 || rep.Deletions[0].Node != "n0" || rep.Deletions[0].Reason != catalog.ReasonGPULost ||
+		!rep.Deletions[0].TolerationStartedAt.Equal(t0.Add(20*time.Second)) {
+		t.Fatalf("deletions %+v; want n0 GPULost, its toleration from the t0+20s pass (the first after receipt)", rep.Deletions)
+	}
+	if len(rep.ApprovalsNeeded) != 0 {
+		t.Errorf("approvals %+v; want none (the report's headline is GPULost)", rep.ApprovalsNeeded)
+	}
+	if c := rep.ByReason[catalog.ReasonGPUHang]; c != nil && c.Repairs != 0 {
+		t.Errorf("byReason[GPUHang] = %+v; want no GPUHang repair", c)
+	}
+}

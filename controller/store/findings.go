@@ -586,14 +586,18 @@ func (s *Store) FindingsByIDs(ctx context.Context, cluster, node string, ids []s
 	return s.queryFindings(ctx, "findings by id", sqlFindingsByIDs, cluster, node, ids)
 }
 
-func scanFinding(row pgx.CollectableRow) (finding.Finding, error) {
+func scanFinding(row pgx.CollectableRow) (finding.Finding, error) { return scanFindingWith(row) }
+
+// scanFindingWith scans findingCols followed by the extra columns into
+// extra.
+func scanFindingWith(row pgx.CollectableRow, extra ...any) (finding.Finding, error) {
 	var (
 		f        finding.Finding
 		seq      int64
 		observed *time.Time
 	)
-	err := row.Scan(&f.ID, &f.Node, &f.BootID, &f.Detector, &f.GPUPCI, &f.DevicePCI, &f.Xid, &f.Count,
-		&f.Attrs, &f.Evidence, &seq, &observed)
+	err := row.Scan(append([]any{&f.ID, &f.Node, &f.BootID, &f.Detector, &f.GPUPCI, &f.DevicePCI, &f.Xid, &f.Count,
+		&f.Attrs, &f.Evidence, &seq, &observed}, extra...)...)
 	if err != nil {
 		return f, err
 	}

@@ -29,6 +29,11 @@ func TestFindingsForNodeRange(t *testing.T) {
 	if len(all) != 6 || !all[5].Time.Equal(t0.Add(7*time.Second)) {
 		t.Fatalf("range = %d findings, want 6 ending at t0+7s (until excluded)", len(all))
 	}
+	for _, f := range all {
+		if !f.Received.Equal(t0) {
+			t.Errorf("finding %s received %v, want t0 (the report's ingest time)", f.ID, f.Received)
+		}
+	}
 	newest, _ := s.FindingsForNode(ctx, "c1", "n1", t0, 3)
 	if len(newest) != 3 || !newest[0].Time.Equal(t0.Add(7*time.Second)) {
 		t.Fatalf("FindingsForNode = %d findings, want the newest 3 from t0+7s", len(newest))

@@ -332,3 +332,36 @@ func TestNodePoolDeletionsPerHour(t *testing.T) {
 		t.Fatalf("pool b spent by pool a: %v", err)
 	}
 }
+
+// TestRetargetRepair: an open repair is renamed compare-and-set on its
+// state and reason, audited with the state kept and updated_at unchanged;
+// a stale caller gets ErrConflict, a deleting repair ErrInvalid.
+func TestRetargetRepair(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := open(t)
+	r := mustOpen(t, s, newRepair("n1", "gpu"), t0)
+	to := store.Retarget{Reason: "GPULost", FaultClass: "hardware", RecommendedAction: "replace"}
+	got, err := s.RetargetRepair(ctx, r, to, "controller", "headline is now GPULost", t0.Add(time.Minute))
+	if err != nil || got.ID != r.ID || got.Reason != "GPULost" || got.FaultClass != "hardware" || got.RecommendedAction != "replace" ||
+		got.State != r.State || !got.UpdatedAt.Equal(r.UpdatedAt) {
+		t.Fatalf("RetargetRepair = %+v, %v; want repair %d renamed, state and updated_at kept", got, err, r.ID)
+	}
+	audit, err := s.RepairAudit(ctx, r.ID)
+	if err != nil || len(audit) != 2 || audit[1].From != r.State || audit[1].To != r.State || audit[1].Reason != "headline is now GPULost" ||
+		audit[1].Detail["from_reason"] != r.Reason || audit[1].Detail["to_reason"] != "GPULost" {
+		t.Fatalf("audit %+v, %v; want the creation entry and one rename, state kept", audit, err)
+	}
+	// The caller still holds the old reason: someone renamed it meanwhile.
+	if _, err := s.RetargetRepair(ctx, r, to, "controller", "again", t0.Add(2*time.Minute)); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("stale RetargetRepair = %v, want ErrConflict", err)
+	}
+	del := got
+	del.State = ledger.Deleting
+	if _, err := s.RetargetRepair(ctx, del, to, "controller", "late", t0); !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("RetargetRepair of a deleting repair = %v, want ErrInvalid", err)
+	}
+	if _, err := s.RetargetRepair(ctx, got, store.Retarget{}, "controller", "empty", t0); !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("RetargetRepair without a reason = %v, want ErrInvalid", err)
+	}
+}

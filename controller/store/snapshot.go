@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -86,54 +87,129 @@ type NodeSnapshot struct {
 // ErrInvalid without a cluster or node name; errors are wrapped "read node
 // cluster/node".
 func (s *Store) ReadNode(ctx context.Context, meta Node, findingsLimit int, now time.Time) (NodeSnapshot, error) {
-	if meta.Cluster == "" || meta.Name == "" {
-		return NodeSnapshot{}, invalidf("read node: cluster and name are required")
+	out, err := s.ReadNodes(ctx, []Node{meta}, findingsLimit, now)
+	if err != nil {
+		return NodeSnapshot{}, err
+	}
+	return out[0], nil
+}
+
+// ReadNodes is ReadNode for several nodes (of any clusters) in one round
+// trip: one pipelined batch, one implicit transaction, all of it or nothing;
+// the i-th snapshot is metas[i]'s, the saved breaker state is read once for
+// all. With more than one node the batch first takes the nodes' advisory
+// locks in key order, as the ingest groups do (sqlLockNodes,
+// groupcommit.go), so its node upserts cannot deadlock with a group writing
+// the same nodes' heartbeats. ErrInvalid for a meta without a cluster or
+// node name, or a node named twice; errors are wrapped "read node
+// cluster/node" (one node) or "read N nodes".
+func (s *Store) ReadNodes(ctx context.Context, metas []Node, findingsLimit int, now time.Time) ([]NodeSnapshot, error) {
+	if len(metas) == 0 {
+		return nil, nil
 	}
 	if findingsLimit <= 0 || findingsLimit > MaxFindingsLimit {
 		findingsLimit = MaxFindingsLimit
 	}
-	_, knownCluster := s.clusters.Load(meta.Cluster)
 	b := &pgx.Batch{}
-	if !knownCluster {
-		b.Queue(sqlEnsureCluster, meta.Cluster, now)
+	unknown := s.queueUnknownClusters(b, len(metas), func(i int) string { return metas[i].Cluster }, now)
+	if len(metas) > 1 {
+		clusters, nodes := make([]string, len(metas)), make([]string, len(metas))
+		seen := make(map[[2]string]bool, len(metas))
+		for i, m := range metas {
+			k := [2]string{m.Cluster, m.Name}
+			if seen[k] {
+				return nil, invalidf("read %d nodes: %s/%s named twice", len(metas), m.Cluster, m.Name)
+			}
+			seen[k] = true
+			clusters[i], nodes[i] = m.Cluster, m.Name
+		}
+		b.Queue(sqlLockNodes, clusters, nodes)
 	}
-	b.Queue(sqlUpsertNodeMeta, meta.Cluster, meta.Name, meta.NodePool, meta.Zone, meta.InstanceType, meta.NodeClaim, now, labelsDoc(meta.Labels))
-	b.Queue(sqlOpenRepairForNode, meta.Cluster, meta.Name)
-	b.Queue(sqlLastRepairForNode, meta.Cluster, meta.Name)
-	b.Queue(sqlFindingsForNode, meta.Cluster, meta.Name, time.Time{}, findingsLimit)
+	for _, meta := range metas {
+		if meta.Cluster == "" || meta.Name == "" {
+			return nil, invalidf("read node: cluster and name are required")
+		}
+		b.Queue(sqlUpsertNodeMeta, meta.Cluster, meta.Name, meta.NodePool, meta.Zone, meta.InstanceType, meta.NodeClaim, now, labelsDoc(meta.Labels))
+		b.Queue(sqlOpenRepairForNode, meta.Cluster, meta.Name)
+		b.Queue(sqlLastRepairForNode, meta.Cluster, meta.Name)
+		b.Queue(sqlFindingsForNode, meta.Cluster, meta.Name, time.Time{}, findingsLimit)
+	}
 	b.Queue(sqlGetBreakerState)
-	var out NodeSnapshot
+	out := make([]NodeSnapshot, len(metas))
 	err := func() error {
-		br, err := s.sendBatch(ctx, b, knownCluster)
-		if err != nil {
-			return err
-		}
+		br := s.pool.SendBatch(ctx, b)
 		defer br.Close()
-		rows, _ := br.Query()
-		if out.Node, err = pgx.CollectExactlyOneRow(rows, scanNode); err != nil {
-			return err
+		for range unknown {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
 		}
-		if out.Open, out.HasOpen, err = optionalRepair(br); err != nil {
-			return err
+		if len(metas) > 1 {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
 		}
-		if out.Last, out.HasLast, err = optionalRepair(br); err != nil {
-			return err
+		for i := range out {
+			if err := readSnapshot(br, &out[i]); err != nil {
+				return err
+			}
 		}
-		rows, _ = br.Query()
-		if out.Findings, err = pgx.CollectRows(rows, scanFinding); err != nil {
-			return err
-		}
-		err = br.QueryRow().Scan(&out.Breakers, &out.BreakerVersion)
+		var doc json.RawMessage
+		var version int64
+		err := br.QueryRow().Scan(&doc, &version)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return err
+		}
+		for i := range out {
+			out[i].Breakers, out[i].BreakerVersion = doc, version
 		}
 		return br.Close()
 	}()
 	if err != nil {
-		return NodeSnapshot{}, errorf(err, "read node %s/%s", meta.Cluster, meta.Name)
+		if len(metas) == 1 {
+			return nil, errorf(err, "read node %s/%s", metas[0].Cluster, metas[0].Name)
+		}
+		return nil, errorf(err, "read %d nodes", len(metas))
 	}
-	s.clusters.Store(meta.Cluster, true) // cluster rows are never deleted
+	for _, c := range unknown {
+		s.clusters.Store(c, true) // cluster rows are never deleted
+	}
 	return out, nil
+}
+
+// queueUnknownClusters queues sqlEnsureCluster for each distinct cluster
+// among the n named by cluster(i) that this Store has not seen, and returns
+// them in the order queued (one Exec result each, first in the batch).
+func (s *Store) queueUnknownClusters(b *pgx.Batch, n int, cluster func(int) string, now time.Time) []string {
+	var unknown []string
+	for i := range n {
+		c := cluster(i)
+		if _, known := s.clusters.Load(c); known || c == "" || slices.Contains(unknown, c) {
+			continue
+		}
+		b.Queue(sqlEnsureCluster, c, now)
+		unknown = append(unknown, c)
+	}
+	return unknown
+}
+
+// readSnapshot reads one node's results of a ReadNodes batch into out
+// (everything but the breaker state).
+func readSnapshot(br pgx.BatchResults, out *NodeSnapshot) error {
+	rows, _ := br.Query()
+	var err error
+	if out.Node, err = pgx.CollectExactlyOneRow(rows, scanNode); err != nil {
+		return err
+	}
+	if out.Open, out.HasOpen, err = optionalRepair(br); err != nil {
+		return err
+	}
+	if out.Last, out.HasLast, err = optionalRepair(br); err != nil {
+		return err
+	}
+	rows, _ = br.Query()
+	out.Findings, err = pgx.CollectRows(rows, scanFinding)
+	return err
 }
 
 // optionalRepair reads the next batch result: at most one repair row.
@@ -185,104 +261,238 @@ type NodeLedgerResult struct {
 // diagnosis or repair those refuse, or one of another node; errors are
 // wrapped "write ledger of cluster/node".
 func (s *Store) WriteNodeLedger(ctx context.Context, w NodeLedger, now time.Time) (NodeLedgerResult, error) {
+	p, err := planLedger(w, now)
+	if err != nil {
+		return NodeLedgerResult{}, err
+	}
+	res, after, err := s.writeLedgers(ctx, []*ledgerPlan{p}, now)
+	if err == nil {
+		err = after[0]
+	}
+	if err != nil {
+		return NodeLedgerResult{}, errorf(err, "write ledger of %s/%s", w.Cluster, w.Node)
+	}
+	return res[0], nil
+}
+
+// WriteNodeLedgers is WriteNodeLedger for several nodes (distinct ones, of
+// any clusters) in one round trip and one transaction: the evidence step of
+// a zone wave writes its nodes' verdicts in groups (controller/repair
+// evidence.go). Each node keeps WriteNodeLedger's semantics and its own
+// outcome: the i-th result and error are ws[i]'s. A node that fails
+// validation gets its ErrInvalid and is left out; when the group's
+// transaction fails (one node's statement refused, a serialization failure)
+// nothing of it is kept and every node is written again alone, so one
+// node's error is its own and never loses or blocks the others' writes;
+// when PostgreSQL cannot be reached (ErrUnavailable) or ctx ends, every
+// node of the group gets that error and nothing is written. A node named
+// twice is ErrInvalid for its second entry.
+func (s *Store) WriteNodeLedgers(ctx context.Context, ws []NodeLedger, now time.Time) ([]NodeLedgerResult, []error) {
+	out, errs := make([]NodeLedgerResult, len(ws)), make([]error, len(ws))
+	plans := make([]*ledgerPlan, 0, len(ws))
+	idx := make([]int, 0, len(ws))
+	seen := make(map[[2]string]bool, len(ws))
+	for i, w := range ws {
+		if k := [2]string{w.Cluster, w.Node}; seen[k] {
+			errs[i] = invalidf("write ledger of %s/%s: node named twice in one group", w.Cluster, w.Node)
+			continue
+		} else {
+			seen[k] = true
+		}
+		p, err := planLedger(w, now)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		plans, idx = append(plans, p), append(idx, i)
+	}
+	if len(plans) == 0 {
+		return out, errs
+	}
+	res, after, err := s.writeLedgers(ctx, plans, now)
+	if err == nil {
+		for j, i := range idx {
+			out[i] = res[j]
+			if after[j] != nil {
+				errs[i] = errorf(after[j], "write ledger of %s/%s", plans[j].w.Cluster, plans[j].w.Node)
+			}
+		}
+		return out, errs
+	}
+	if len(plans) == 1 || ctx.Err() != nil || errors.Is(translate(err), ErrUnavailable) {
+		for j, i := range idx {
+			errs[i] = errorf(err, "write ledger of %s/%s", plans[j].w.Cluster, plans[j].w.Node)
+		}
+		return out, errs
+	}
+	for j, i := range idx { // each alone: its own transaction, its own error
+		res, after, err := s.writeLedgers(ctx, plans[j:j+1], now)
+		if err == nil {
+			err = after[0]
+		}
+		if err != nil {
+			errs[i] = errorf(err, "write ledger of %s/%s", plans[j].w.Cluster, plans[j].w.Node)
+			continue
+		}
+		out[i] = res[0]
+	}
+	return out, errs
+}
+
+// ledgerPlan is one node's part of a WriteNodeLedgers batch: its checked
+// input and the arguments of its statements.
+type ledgerPlan struct {
+	w        NodeLedger
+	diagArgs [][]any
+	boots    []string
+	reasons  []string
+	link     bool
+	open     Repair // when w.Open != nil: the checked copy
+	openArgs []any
+}
+
+// planLedger checks w (WriteNodeLedger's ErrInvalid cases) and prepares
+// its statements' arguments.
+func planLedger(w NodeLedger, now time.Time) (*ledgerPlan, error) {
 	if w.Cluster == "" || w.Node == "" {
-		return NodeLedgerResult{}, invalidf("write ledger: cluster and node are required")
+		return nil, invalidf("write ledger: cluster and node are required")
 	}
-	b := &pgx.Batch{}
-	_, knownCluster := s.clusters.Load(w.Cluster)
-	if !knownCluster {
-		b.Queue(sqlEnsureCluster, w.Cluster, now)
-	}
-	boots, reasons := make([]string, 0, len(w.Diagnoses)), make([]string, 0, len(w.Diagnoses))
+	p := &ledgerPlan{w: w, boots: make([]string, 0, len(w.Diagnoses)), reasons: make([]string, 0, len(w.Diagnoses))}
 	for _, d := range w.Diagnoses {
 		if d.Cluster != w.Cluster || d.Node != w.Node {
-			return NodeLedgerResult{}, invalidf("write ledger of %s/%s: diagnosis %s is of %s/%s", w.Cluster, w.Node, d.Reason, d.Cluster, d.Node)
+			return nil, invalidf("write ledger of %s/%s: diagnosis %s is of %s/%s", w.Cluster, w.Node, d.Reason, d.Cluster, d.Node)
 		}
 		args, err := upsertDiagnosisArgs(d, now)
 		if err != nil {
-			return NodeLedgerResult{}, err
+			return nil, err
 		}
-		b.Queue(sqlUpsertDiagnosis, args...)
-		boots, reasons = append(boots, d.BootID), append(reasons, d.Reason)
+		p.diagArgs = append(p.diagArgs, args)
+		p.boots, p.reasons = append(p.boots, d.BootID), append(p.reasons, d.Reason)
 	}
-	b.Queue(sqlDeactivateDiagnosesExcept, w.Cluster, w.Node, boots, reasons, now)
-	link := w.LinkTo != 0 && len(w.LinkFindings) > 0
-	if link {
-		b.Queue(sqlLinkFindings, w.LinkTo, w.LinkFindings)
-	}
-	var open Repair
+	p.link = w.LinkTo != 0 && len(w.LinkFindings) > 0
 	if w.Open != nil {
-		open = *w.Open
+		open := *w.Open
 		if open.Cluster != w.Cluster || open.Node != w.Node {
-			return NodeLedgerResult{}, invalidf("write ledger of %s/%s: repair to open is of %s/%s", w.Cluster, w.Node, open.Cluster, open.Node)
+			return nil, invalidf("write ledger of %s/%s: repair to open is of %s/%s", w.Cluster, w.Node, open.Cluster, open.Node)
 		}
 		detail, err := checkOpenRepair(&open, w.Actor)
 		if err != nil {
-			return NodeLedgerResult{}, err
+			return nil, err
 		}
 		ids := open.FindingIDs
 		if ids == nil {
 			ids = []string{}
 		}
-		b.Queue(sqlOpenRepairLinked, open.Cluster, open.Node, open.NodeClaim, open.NodeClaimUID, open.NodePool,
+		p.open = open
+		p.openArgs = []any{open.Cluster, open.Node, open.NodeClaim, open.NodeClaimUID, open.NodePool,
 			open.Reason, open.FaultClass, open.RecommendedAction, open.ExecutedAction, string(open.State), open.DryRun,
-			nullTime(open.TolerationStartedAt), nullTime(open.TolerationUntil), now, detail, w.Actor, w.Reason, ids)
-		b.Queue(sqlOpenRepairForNode, open.Cluster, open.Node)
+			nullTime(open.TolerationStartedAt), nullTime(open.TolerationUntil), now, detail, w.Actor, w.Reason, ids}
 	}
-	out := NodeLedgerResult{Diagnoses: make([]DiagnosisRecord, len(w.Diagnoses)), Created: make([]bool, len(w.Diagnoses))}
-	found := false
-	err := func() error {
-		br, err := s.sendBatch(ctx, b, knownCluster)
+	return p, nil
+}
+
+// queue adds p's statements to b.
+func (p *ledgerPlan) queue(b *pgx.Batch, now time.Time) {
+	for _, args := range p.diagArgs {
+		b.Queue(sqlUpsertDiagnosis, args...)
+	}
+	b.Queue(sqlDeactivateDiagnosesExcept, p.w.Cluster, p.w.Node, p.boots, p.reasons, now)
+	if p.link {
+		b.Queue(sqlLinkFindings, p.w.LinkTo, p.w.LinkFindings)
+	}
+	if p.w.Open != nil {
+		b.Queue(sqlOpenRepairLinked, p.openArgs...)
+		b.Queue(sqlOpenRepairForNode, p.open.Cluster, p.open.Node)
+	}
+}
+
+// read reads p's results from br; found: the open repair was read (always
+// true without w.Open).
+func (p *ledgerPlan) read(br pgx.BatchResults) (out NodeLedgerResult, found bool, err error) {
+	n := len(p.w.Diagnoses)
+	out = NodeLedgerResult{Diagnoses: make([]DiagnosisRecord, n), Created: make([]bool, n)}
+	for i := range n {
+		rows, _ := br.Query()
+		out.Diagnoses[i], err = pgx.CollectExactlyOneRow(rows, func(row pgx.CollectableRow) (DiagnosisRecord, error) {
+			return scanDiagnosisInto(row, &out.Created[i])
+		})
 		if err != nil {
-			return err
+			return out, false, err
 		}
-		defer br.Close()
-		for i := range w.Diagnoses {
-			rows, _ := br.Query()
-			var err error
-			out.Diagnoses[i], err = pgx.CollectExactlyOneRow(rows, func(row pgx.CollectableRow) (DiagnosisRecord, error) {
-				return scanDiagnosisInto(row, &out.Created[i])
-			})
-			if err != nil {
-				return err
-			}
-		}
+	}
+	if _, err := br.Exec(); err != nil {
+		return out, false, err
+	}
+	if p.link {
 		if _, err := br.Exec(); err != nil {
-			return err
+			return out, false, err
 		}
-		if link {
+	}
+	if p.w.Open == nil {
+		return out, true, nil
+	}
+	rows, _ := br.Query()
+	created, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return out, false, err
+	}
+	if out.Repair, found, err = optionalRepair(br); err != nil {
+		return out, false, err
+	}
+	out.Opened = found && len(created) == 1 && created[0] == out.Repair.ID
+	return out, found, nil
+}
+
+// writeLedgers writes plans (distinct nodes) in one pipelined batch, one
+// implicit transaction, and returns their results in order; an error means
+// nothing of the batch was kept. A node whose repair to open lost to an
+// open one that closed before it could be read gets OpenRepair's own
+// transaction after the batch committed (its diagnoses are kept); after
+// holds the error of that second step per node (nil: none or it worked).
+func (s *Store) writeLedgers(ctx context.Context, plans []*ledgerPlan, now time.Time) (out []NodeLedgerResult, after []error, err error) {
+	b := &pgx.Batch{}
+	unknown := s.queueUnknownClusters(b, len(plans), func(i int) string { return plans[i].w.Cluster }, now)
+	for _, p := range plans {
+		p.queue(b, now)
+	}
+	out, after = make([]NodeLedgerResult, len(plans)), make([]error, len(plans))
+	found := make([]bool, len(plans))
+	err = func() error {
+		br := s.pool.SendBatch(ctx, b)
+		defer br.Close()
+		for range unknown {
 			if _, err := br.Exec(); err != nil {
 				return err
 			}
 		}
-		if w.Open != nil {
-			rows, _ := br.Query()
-			created, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-			if err != nil {
+		for i, p := range plans {
+			var err error
+			if out[i], found[i], err = p.read(br); err != nil {
 				return err
 			}
-			if out.Repair, found, err = optionalRepair(br); err != nil {
-				return err
-			}
-			out.Opened = found && len(created) == 1 && created[0] == out.Repair.ID
 		}
 		return br.Close()
 	}()
 	if err != nil {
-		return NodeLedgerResult{}, errorf(err, "write ledger of %s/%s", w.Cluster, w.Node)
+		return nil, nil, err
 	}
-	s.clusters.Store(w.Cluster, true)
-	if w.Open != nil && !found {
-		// The open repair this insert lost to closed before it could be
-		// read: OpenRepair tries again (its own transaction; the diagnoses
-		// are committed).
-		rp, created, err := s.OpenRepair(ctx, open, w.Actor, w.Reason, now)
-		if err != nil {
-			return NodeLedgerResult{}, errorf(err, "write ledger of %s/%s", w.Cluster, w.Node)
+	for _, c := range unknown {
+		s.clusters.Store(c, true)
+	}
+	for i, p := range plans {
+		if p.w.Open != nil && !found[i] {
+			// The open repair this insert lost to closed before it could be
+			// read: OpenRepair tries again (its own transaction; the
+			// diagnoses are committed).
+			rp, created, err := s.OpenRepair(ctx, p.open, p.w.Actor, p.w.Reason, now)
+			if err != nil {
+				after[i] = err
+				continue
+			}
+			out[i].Repair, out[i].Opened = rp, created
 		}
-		out.Repair, out.Opened = rp, created
 	}
-	return out, nil
+	return out, after, nil
 }
 
 // sendBatch sends b, whose first statement is sqlEnsureCluster unless known

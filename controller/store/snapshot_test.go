@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -300,5 +301,111 @@ func TestListNodeVersions(t *testing.T) {
 	}
 	if len(want) != 3 || !reflect.DeepEqual(got, want) || got[2].DriverVersion != "550.54.15" || got[2].KernelVersion != "6.8.0" {
 		t.Fatalf("ListNodeVersions = %+v, want %+v", got, want)
+	}
+}
+
+// TestReadNodes: several nodes in one batch read exactly what ReadNode
+// reads of each, in order; a node named twice is refused.
+func TestReadNodes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := open(t)
+	if _, err := s.IngestReport(ctx, finding.Report{SchemaVersion: finding.SchemaVersion, Cluster: "c1", Node: "n2",
+		BootID: "boot-b", Heartbeat: &finding.Heartbeat{DriverVersion: "550.54.15"}}, t0); err != nil {
+		t.Fatal(err)
+	}
+	open := mustOpen(t, s, newRepair("n2", "gpu"), t0)
+	if err := s.SaveBreakerState(ctx, []byte(`{"killSwitch":{"on":false}}`), 0, nil, t0); err != nil {
+		t.Fatal(err)
+	}
+	metas := []store.Node{{Cluster: "c1", Name: "n1", NodePool: "gpu", Zone: "z1"}, {Cluster: "c1", Name: "n2", NodePool: "gpu", Zone: "z2"},
+		{Cluster: "c-other", Name: "n1", NodePool: "cpu", Zone: "z9"}}
+	got, err := s.ReadNodes(ctx, metas, 0, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 3 {
+		t.Fatalf("%d snapshots for 3 nodes", len(got))
+	}
+	for i, m := range metas {
+		alone, err := s.ReadNode(ctx, m, 0, t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got[i], alone) {
+			t.Errorf("node %s/%s in a group read %+v, alone %+v", m.Cluster, m.Name, got[i], alone)
+		}
+	}
+	if got[1].Node.BootID != "boot-b" || !got[1].HasOpen || got[1].Open.ID != open.ID || got[0].HasOpen || got[2].Node.NodePool != "cpu" ||
+		got[0].BreakerVersion == 0 || got[2].BreakerVersion != got[0].BreakerVersion {
+		t.Errorf("group read %+v", got)
+	}
+	if _, err := s.ReadNodes(ctx, []store.Node{metas[0], metas[0]}, 0, t0); !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("a node named twice: %v, want ErrInvalid", err)
+	}
+	if _, err := s.ReadNodes(ctx, []store.Node{metas[0], {Cluster: "c1"}}, 0, t0); !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("a node without a name: %v, want ErrInvalid", err)
+	}
+}
+
+// TestWriteNodeLedgers: a group of nodes written in one transaction, each
+// with WriteNodeLedger's outcome; one node whose write fails (a link to a
+// repair that does not exist) or whose input is refused costs only that
+// node: the others' repairs open, exactly once (a second write of the
+// group opens nothing new), with one audit entry each, and the failed
+// node keeps nothing of its write.
+func TestWriteNodeLedgers(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := open(t)
+	ledgerOf := func(node string) store.NodeLedger {
+		rp := newRepair(node, "gpu")
+		rp.FindingIDs = []string{"f-" + node}
+		return store.NodeLedger{Cluster: "c1", Node: node, Open: &rp, Actor: "controller", Reason: "GPU fell off the bus",
+			Diagnoses: []store.DiagnosisRecord{{Cluster: "c1", Node: node, BootID: "boot-a", Reason: "GPUFallenOffBus", Severity: "condition",
+				FaultClass: "accelerated-hardware", Action: "replace", FirstSeen: t0, LastSeen: t0, FindingIDs: []string{"f-" + node}}}}
+	}
+	bad := ledgerOf("n-bad")
+	bad.Open, bad.LinkTo, bad.LinkFindings = nil, 1<<40, []string{"f9"} // fails in PostgreSQL (foreign key)
+	refused := ledgerOf("n-refused")
+	refused.Diagnoses[0].Node = "n-elsewhere" // ErrInvalid before anything is sent
+	group := []store.NodeLedger{ledgerOf("n1"), bad, ledgerOf("n2"), refused, ledgerOf("n3")}
+
+	for round, wantOpened := range []bool{true, false} {
+		res, errs := s.WriteNodeLedgers(ctx, group, t0.Add(time.Duration(round)*time.Minute))
+		if len(res) != len(group) || len(errs) != len(group) {
+			t.Fatalf("round %d: %d results, %d errors for %d nodes", round, len(res), len(errs), len(group))
+		}
+		if errs[1] == nil || !strings.Contains(errs[1].Error(), "repair_findings_repair_id_fkey") {
+			t.Errorf("round %d: the node linking to a missing repair: %v, want its foreign key error", round, errs[1])
+		}
+		if !errors.Is(errs[3], store.ErrInvalid) {
+			t.Errorf("round %d: the refused node: %v, want ErrInvalid", round, errs[3])
+		}
+		for _, i := range []int{0, 2, 4} {
+			node := group[i].Node
+			if errs[i] != nil {
+				t.Fatalf("round %d: %s: %v", round, node, errs[i])
+			}
+			if res[i].Opened != wantOpened || res[i].Repair.ID == 0 || res[i].Repair.Node != node || len(res[i].Diagnoses) != 1 ||
+				res[i].Diagnoses[0].Node != node || res[i].Created[0] != wantOpened {
+				t.Errorf("round %d: %s: opened %v (want %v), %+v", round, node, res[i].Opened, wantOpened, res[i])
+			}
+			rs, _, err := s.ListRepairs(ctx, store.RepairFilter{Cluster: "c1", Node: node})
+			if err != nil || len(rs) != 1 || rs[0].ID != res[i].Repair.ID {
+				t.Fatalf("round %d: %s has repairs %+v (%v), want exactly %d", round, node, rs, err, res[i].Repair.ID)
+			}
+			if audit, err := s.RepairAudit(ctx, rs[0].ID); err != nil || len(audit) != 1 || audit[0].To != ledger.Detected {
+				t.Errorf("round %d: %s audit %+v (%v), want one detected entry", round, node, audit, err)
+			}
+		}
+	}
+	for _, node := range []string{"n-bad", "n-refused", "n-elsewhere"} {
+		if active, err := s.ActiveDiagnoses(ctx, "c1", node); err != nil || len(active) != 0 {
+			t.Errorf("%s: a failed or refused write left diagnoses %+v (%v)", node, active, err)
+		}
+	}
+	if _, errs := s.WriteNodeLedgers(ctx, []store.NodeLedger{ledgerOf("n4"), ledgerOf("n4")}, t0); errs[0] != nil || !errors.Is(errs[1], store.ErrInvalid) {
+		t.Errorf("a node named twice: %v, want nil and ErrInvalid", errs)
 	}
 }
