@@ -2,6 +2,7 @@ package uplink
 
 import (
 	"log/slog"
+	"runtime"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -72,5 +73,76 @@ func BenchmarkEnqueue(b *testing.B) {
 				u.Enqueue(f)
 			}
 		})
+	})
+}
+
+// BenchmarkNew measures building one uplink without a spool, as the load
+// harness does once per simulated node: allocations per uplink and time.
+//   - own: the uplink builds its own metrics and registers nothing.
+//   - registered: its own metrics, registered on a fresh registry (the agent).
+//   - shared: one NewMetrics set for all (Config.Metrics, the load harness).
+//
+// retained-B/uplink is the live heap per uplink with 10,000 of them kept.
+func BenchmarkNew(b *testing.B) {
+	cfg := Config{URL: "http://127.0.0.1:9", Cluster: "c1", Node: "node-a1", BootID: "boot-1",
+		Logger: slog.New(slog.DiscardHandler)}
+	b.Run("own", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := New(cfg); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("registered", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			c := cfg
+			c.Registerer = prometheus.NewRegistry()
+			if _, err := New(c); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	shared, err := NewMetrics(prometheus.NewRegistry())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("shared", func(b *testing.B) {
+		c := cfg
+		c.Metrics = shared
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := New(c); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	retained := func(b *testing.B, c Config) {
+		const n = 10000
+		keep := make([]*Uplink, n)
+		var before, after runtime.MemStats
+		for b.Loop() {
+			clear(keep)
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			for i := range keep {
+				u, err := New(c)
+				if err != nil {
+					b.Fatal(err)
+				}
+				keep[i] = u
+			}
+			runtime.GC()
+			runtime.ReadMemStats(&after)
+		}
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/n, "retained-B/uplink")
+		runtime.KeepAlive(keep)
+	}
+	b.Run("own-retained", func(b *testing.B) { retained(b, cfg) })
+	b.Run("shared-retained", func(b *testing.B) {
+		c := cfg
+		c.Metrics = shared
+		retained(b, c)
 	})
 }

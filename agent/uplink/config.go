@@ -118,6 +118,10 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer, when set, gets the uplink's metrics (fleetrepair_agent_uplink_*).
 	Registerer prometheus.Registerer
+	// Metrics, when set, is a metric set built once by NewMetrics (and
+	// registered there) that this uplink counts on instead of building its
+	// own; Registerer must then be nil. For processes running many uplinks.
+	Metrics *Metrics
 	// Clock is the time source. Default clock.RealClock{}.
 	Clock Clock
 	// Rand returns a pseudo-random number in [0, 1) for jitter. Default
@@ -221,6 +225,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.BootID == "" {
 		p = append(p, errors.New("bootID: required (the controller scopes evidence by boot)"))
+	}
+	if c.Metrics != nil && c.Registerer != nil {
+		p = append(p, errors.New("metrics and registerer: set at most one (NewMetrics registers a shared set)"))
 	}
 	if c.Token != "" && c.TokenFile != "" {
 		p = append(p, errors.New("token and tokenFile: set at most one"))

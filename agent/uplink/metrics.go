@@ -18,8 +18,33 @@ const (
 	errOther   = "http_other" // 1xx or an unfollowed 3xx
 )
 
+// Metrics is one set of the uplink's metrics (fleetrepair_agent_uplink_*).
+// An Uplink builds its own unless Config.Metrics gives it one built by
+// NewMetrics: a process that runs many uplinks (the load harness, test/load,
+// one per simulated node) builds the 13 collectors once instead of once per
+// uplink. Shared by several uplinks, the counters add up over them,
+// queue_length and spool_findings are sums over them, and
+// last_success_timestamp_seconds is the latest accepted report of any.
+// Safe for concurrent use.
+type Metrics struct {
+	m *metrics
+}
+
+// NewMetrics builds a Metrics set and registers it on reg when reg is not
+// nil. It returns an error when a collector of the same name is already
+// registered on reg (nothing is left registered then).
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	m := newMetrics()
+	if reg != nil {
+		if err := m.register(reg); err != nil {
+			return nil, err
+		}
+	}
+	return &Metrics{m: m}, nil
+}
+
 type metrics struct {
-	queueLength  prometheus.GaugeFunc
+	queueLength  prometheus.Gauge
 	enqueued     prometheus.Counter
 	sentFindings prometheus.Counter
 	sentReports  prometheus.Counter
@@ -34,13 +59,16 @@ type metrics struct {
 	dropQueueFull, dropQueueFullCritical prometheus.Counter
 }
 
-func newMetrics(queueLen func() float64) *metrics {
+// newMetrics builds the collectors. queue_length is a plain gauge that the
+// queue itself moves on every push and take (memQueue.length), so one set can
+// sum the queues of many uplinks.
+func newMetrics() *metrics {
 	const ns, sub = "fleetrepair_agent", "uplink"
 	m := &metrics{
-		queueLength: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		queueLength: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: ns, Subsystem: sub, Name: "queue_length",
 			Help: "Findings waiting in the uplink queue (the batch in flight excluded).",
-		}, queueLen),
+		}),
 		enqueued: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "enqueued_findings_total",
 			Help: "Findings handed to the uplink.",

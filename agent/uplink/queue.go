@@ -64,6 +64,10 @@ type memQueue struct {
 	norm  ring[entry]
 	since time.Time
 	takes uint64
+	// length, when set, follows the number of queued findings: every push
+	// and take adds its change under mu (queue_length, summed over the
+	// uplinks sharing one Metrics).
+	length interface{ Add(float64) }
 }
 
 func newMemQueue(limit int, now func() time.Time) *memQueue {
@@ -98,6 +102,9 @@ func (q *memQueue) push(f finding.Finding, critical bool) pushResult {
 		q.norm.push(e)
 	}
 	r.n = q.crit.len() + q.norm.len()
+	if q.length != nil && r.n != n {
+		q.length.Add(float64(r.n - n))
+	}
 	return r
 }
 
@@ -121,6 +128,9 @@ func (q *memQueue) take(max int) []finding.Finding {
 			out = append(out, q.norm.pop().f)
 			nn--
 		}
+	}
+	if q.length != nil {
+		q.length.Add(-float64(len(out)))
 	}
 	q.crit.shrink()
 	q.norm.shrink()

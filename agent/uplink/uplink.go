@@ -25,6 +25,7 @@ type Uplink struct {
 	q        *memQueue
 	spool    *spool // nil without Config.SpoolDir; used by the sender only
 	m        *metrics
+	spooled  int           // findings this uplink counts on spool_findings; owned by New and then the sender
 	wake     chan struct{} // Enqueue/SetHeartbeat -> sender; buffer 1, never blocks
 	running  atomic.Bool
 	overflow atomic.Bool // the queue dropped since it was last empty (logged once)
@@ -43,7 +44,7 @@ type Uplink struct {
 }
 
 // New validates cfg, applies its defaults and registers the metrics on
-// cfg.Registerer. It starts nothing: call Run.
+// cfg.Registerer (or counts on cfg.Metrics). It starts nothing: call Run.
 func New(cfg Config) (*Uplink, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -56,12 +57,17 @@ func New(cfg Config) (*Uplink, error) {
 		q:        newMemQueue(cfg.QueueSize, cfg.Clock.Now),
 		wake:     make(chan struct{}, 1),
 	}
-	u.m = newMetrics(func() float64 { return float64(u.q.state().n) })
-	if cfg.Registerer != nil {
-		if err := u.m.register(cfg.Registerer); err != nil {
-			return nil, err
+	if cfg.Metrics != nil {
+		u.m = cfg.Metrics.m
+	} else {
+		u.m = newMetrics()
+		if cfg.Registerer != nil {
+			if err := u.m.register(cfg.Registerer); err != nil {
+				return nil, err
+			}
 		}
 	}
+	u.q.length = u.m.queueLength
 	if cfg.SpoolDir != "" {
 		if err := os.MkdirAll(cfg.SpoolDir, 0o700); err != nil {
 			return nil, fmt.Errorf("create spool directory: %w", err)
@@ -90,10 +96,17 @@ func (u *Uplink) loadSpool() {
 		u.Enqueue(f)
 	}
 	u.spool.version = u.q.state().version
-	u.m.spooled.Set(float64(len(fs)))
+	u.setSpooled(len(fs))
 	if len(fs) > 0 {
 		u.log.Info("resend findings spooled by the previous run", "count", len(fs), "path", u.spool.path())
 	}
+}
+
+// setSpooled records that the spool file now holds n findings: it moves
+// spool_findings by the change, so a shared Metrics sums its uplinks' spools.
+func (u *Uplink) setSpooled(n int) {
+	u.m.spooled.Add(float64(n - u.spooled))
+	u.spooled = n
 }
 
 // checkpoint saves the batch in flight and the queue to the spool after a
@@ -131,7 +144,7 @@ func (u *Uplink) saveSpool(fs []finding.Finding, version uint64) (omitted int, e
 		return 0, err
 	}
 	u.spool.version = version
-	u.m.spooled.Set(float64(len(fs) - omitted))
+	u.setSpooled(len(fs) - omitted)
 	if omitted > 0 {
 		u.log.Warn("spool full, oldest findings left out", "omitted", omitted, "maxBytes", u.cfg.SpoolMaxBytes)
 	}

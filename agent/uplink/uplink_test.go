@@ -917,3 +917,59 @@ func TestCAFile(t *testing.T) {
 		t.Fatalf("a CA file without certificates: %v", err)
 	}
 }
+
+// TestSharedMetrics: uplinks built with one NewMetrics set count on it
+// together (counters add up, queue_length is the sum of their queues), and a
+// Config setting both Metrics and Registerer is refused.
+func TestSharedMetrics(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	shared, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatalf("NewMetrics: %v", err)
+	}
+	if _, err := NewMetrics(reg); err == nil {
+		t.Fatal("NewMetrics on a registry that has the set: nil error, want a registration error")
+	}
+	share := func(c *Config) { c.Registerer, c.Metrics = nil, shared }
+	hs := []*harness{newHarness(t, nil, share), newHarness(t, nil, share)}
+	for _, h := range hs {
+		h.reg = reg
+	}
+	hs[0].u.Enqueue(crit("a1"))
+	hs[0].u.Enqueue(crit("a2"))
+	hs[1].u.Enqueue(crit("b1"))
+	if v := hs[0].metric(t, mp+"queue_length"); v != 3 {
+		t.Fatalf("queue_length before Run = %v, want 3 (both queues)", v)
+	}
+	if v := hs[0].metric(t, mp+"enqueued_findings_total"); v != 3 {
+		t.Fatalf("enqueued_findings_total = %v, want 3", v)
+	}
+	var got []string
+	reports := 0
+	for i, h := range hs {
+		h.run(t)
+		for n := len(got); len(got) < n+2-i; {
+			r := h.col.next(t)
+			reports++
+			got = append(got, r.ids()...)
+		}
+		h.clk.waitIdle(t)
+		h.col.none(t)
+	}
+	slices.Sort(got)
+	if want := []string{"a1", "a2", "b1"}; !slices.Equal(got, want) {
+		t.Fatalf("delivered %v, want %v", got, want)
+	}
+	for name, want := range map[string]float64{"sent_findings_total": 3, "sent_reports_total": float64(reports), "queue_length": 0} {
+		if v := hs[0].metric(t, mp+name); v != want {
+			t.Errorf("%s = %v, want %v", name, v, want)
+		}
+	}
+
+	cfg := Config{URL: "http://127.0.0.1:9", Cluster: "c1", Node: "node-a1", BootID: "boot-1",
+		Metrics: shared, Registerer: prometheus.NewRegistry()}
+	if _, err := New(cfg); err == nil || !strings.Contains(err.Error(), "metrics and registerer") {
+		t.Errorf("New with Metrics and Registerer: err = %v, want one naming both", err)
+	}
+}

@@ -73,7 +73,19 @@ func NewCached(name string, cfg *rest.Config, o CachedOptions) (*Cluster, error)
 	if err != nil {
 		return nil, fmt.Errorf("build cache for cluster %s: %w", name, err)
 	}
-	ca, err := cache.New(cfg, cache.Options{Scheme: Scheme, Mapper: mapper, ReaderFailOnMissingInformer: true,
+	// The informers get no client-side Timeout: rest.Config.Timeout is the
+	// http.Client's, which also ends a watch's response body, so every
+	// watch was cut after RequestTimeout and re-opened, and a first
+	// (streamed) list of more Nodes than the API server can send in that time
+	// started over and over (docs/design.md, "Informer wire format and
+	// timeouts"). Watches are bounded by their server-side timeoutSeconds
+	// (5-10 min) and a dead server is found by the transport's HTTP/2 health
+	// check and Probe. Built-in types (Nodes) travel as protobuf, CRDs
+	// (NodeClaims, NodePools) as JSON: controller-runtime's choice when
+	// ContentType is unset, checked by TestRealAPIServer/CacheWireFormats.
+	icfg := rest.CopyConfig(cfg)
+	icfg.Timeout = 0
+	ca, err := cache.New(icfg, cache.Options{Scheme: Scheme, Mapper: mapper, ReaderFailOnMissingInformer: true,
 		DefaultTransform: stripForCache})
 	if err != nil {
 		return nil, fmt.Errorf("build cache for cluster %s: %w", name, err)

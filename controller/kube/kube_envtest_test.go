@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"path"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
@@ -39,6 +43,7 @@ func TestRealAPIServer(t *testing.T) {
 	t.Run("StaleUIDRefusedByAPIServer", func(t *testing.T) { testStaleUIDRefused(t, env) })
 	t.Run("FinalizerHoldsNodeClaimUntilKarpenter", func(t *testing.T) { testFinalizerHolds(t, env) })
 	t.Run("SimulatedKarpenterRun", func(t *testing.T) { testSimRun(t, env) })
+	t.Run("CacheWireFormats", func(t *testing.T) { testCacheWireFormats(t, env) })
 }
 
 // realFleet creates NodePool pool and the named nodes (zone z1, 8 GPUs) with
@@ -494,3 +499,76 @@ func testSimRun(t *testing.T, env *envtest.Env) {
 		return len(sim.Replacements()) == 1, nil
 	})
 }
+
+// testCacheWireFormats: a cached cluster's informers list and watch Nodes
+// in protobuf (a built-in type: a tenth of the decoding cost of JSON per
+// watch event, docs/design.md) and NodeClaims in JSON (a CRD: the API server
+// serves CRDs in JSON only), and the cached Nodes carry no managed fields.
+func testCacheWireFormats(t *testing.T, env *envtest.Env) {
+	_, _ = realFleet(t, env, "wire", "wire-1")
+	var mu sync.Mutex
+	seen := map[string]string{}     // "list nodes", "watch nodeclaims", ... -> response Content-Type
+	watches := map[string]int{}     // the same keys -> requests
+	const timeout = 2 * time.Second // CachedOptions.RequestTimeout
+	cfg := rest.CopyConfig(env.Config)
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+			resp, err := rt.RoundTrip(req)
+			res := path.Base(req.URL.Path)
+			if err != nil || req.Method != http.MethodGet || (res != "nodes" && res != "nodeclaims") {
+				return resp, err
+			}
+			verb := "list"
+			if req.URL.Query().Get("watch") == "true" {
+				verb = "watch"
+			}
+			mu.Lock()
+			seen[verb+" "+res] = resp.Header.Get("Content-Type")
+			mu.Unlock()
+			watches[verb+" "+res]++
+			return resp, err
+		})
+	}
+	k, err := kube.NewCached("wire", cfg, kube.CachedOptions{RequestTimeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = k.Run(ctx, func(string) {}) }()
+	envtest.WaitFor(t, 30*time.Second, "the cache to list and watch Nodes and NodeClaims", func(ctx context.Context) (bool, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return seen["watch nodes"] != "" && seen["watch nodeclaims"] != "", nil
+	})
+	// With the request timeout on the informers' HTTP client, each watch
+	// was cut and re-opened every RequestTimeout; a watch's own server-side
+	// timeout is 5 to 10 minutes.
+	time.Sleep(3 * timeout)
+	mu.Lock()
+	defer mu.Unlock()
+	// client-go streams the first list as watch events (sendInitialEvents);
+	// a list, where made, must use the same format.
+	for key, want := range map[string]string{"list nodes": "application/vnd.kubernetes.protobuf", "watch nodes": "application/vnd.kubernetes.protobuf;stream=watch",
+		"list nodeclaims": "application/json", "watch nodeclaims": "application/json"} {
+		if got, ok := seen[key]; (ok || strings.HasPrefix(key, "watch")) && !strings.HasPrefix(got, want) {
+			t.Errorf("%s: Content-Type %q, want %q", key, got, want)
+		}
+	}
+	for _, key := range []string{"watch nodes", "watch nodeclaims"} {
+		if n := watches[key]; n != 1 {
+			t.Errorf("%s: %d requests in %v, want 1 (a watch outlives the request timeout %v)", key, n, 3*timeout, timeout)
+		}
+	}
+	var n corev1.Node
+	if err := k.Client().Get(ctx, client.ObjectKey{Name: "wire-1"}, &n); err != nil {
+		t.Fatal(err)
+	}
+	if len(n.ManagedFields) != 0 {
+		t.Errorf("cached Node has %d managedFields entries, want none (stripped by the cache transform)", len(n.ManagedFields))
+	}
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

@@ -179,6 +179,12 @@ func start(dir string, o Options) (*Env, error) {
 	te.ControlPlane.Etcd = &crenvtest.Etcd{Path: filepath.Join(dir, "etcd")}
 	args := api.Configure()
 	args.Set("authorization-mode", "RBAC")
+	// Stop waits at most 2 s for open watches (an informer's watch has no
+	// client-side timeout: controller/kube cache.go); without it the API
+	// server's graceful shutdown outlasts envtest's 20 s stop timeout while
+	// a client still watches, as in a test that takes a cluster down under
+	// a running controller.
+	args.Set("shutdown-watch-termination-grace-period", "2s")
 	for name, vals := range o.APIServerArgs {
 		args.Set(name, vals...)
 	}

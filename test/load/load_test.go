@@ -26,6 +26,7 @@ var (
 	flagDBPool     = flag.Int("load.db-pool", 32, "pool_max_conns of the controllers' database URL (0: pgxpool's default, which deadlocks at 2 CPUs, see docs/scale.md)")
 	flagLogs       = flag.String("load.logs", "", "keep the controllers' logs in this folder (default: a temporary folder, removed)")
 	flagOut        = flag.String("load.out", "", "also write the table to this file (default: load-<nodes>.txt in the system temp folder)")
+	flagBinary     = flag.String("load.binary", "", "the fleetrepair binary to run (default: go build ./cmd/fleetrepair during setup)")
 )
 
 // BenchmarkLoad runs every scenario once on a fleet sized by the -load.*
@@ -33,7 +34,7 @@ var (
 func BenchmarkLoad(b *testing.B) {
 	cfg := Config{Nodes: *flagNodes, Clusters: *flagClusters, FirstClusterNodes: *flagFirstNodes, ProfileDir: *flagProfile, Zones: *flagZones, Replicas: *flagReplicas, KillLeader: *flagReplicas > 1 && *flagClusters <= 1,
 		Workers: *flagWorkers, Steady: *flagSteady, Heartbeat: *flagHeartbeat, Toleration: *flagToleration,
-		PGOutage: *flagPGOutage, DBPoolConns: *flagDBPool, LogDir: *flagLogs, Logf: b.Logf}
+		PGOutage: *flagPGOutage, DBPoolConns: *flagDBPool, LogDir: *flagLogs, Binary: *flagBinary, Logf: b.Logf}
 	var res *Result
 	for b.Loop() {
 		res = Run(b, cfg)
