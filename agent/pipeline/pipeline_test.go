@@ -40,24 +40,7 @@ func (fakePusher) Run(ctx context.Context, emit func(source.Result)) error {
 // (monitor states, inventory, driver) and the monitor's finding.
 func TestMonitorsReachTheController(t *testing.T) {
 	t.Parallel()
-	var mu sync.Mutex
-	var reports []finding.Report
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var rep finding.Report
-		if err := json.NewDecoder(r.Body).Decode(&rep); err != nil {
-			t.Errorf("decode report: %v", err)
-		}
-		mu.Lock()
-		reports = append(reports, rep)
-		mu.Unlock()
-		w.WriteHeader(http.StatusAccepted)
-	}))
-	defer srv.Close()
-	up, err := uplink.New(uplink.Config{URL: srv.URL, Cluster: "c1", Node: "node-a1", BootID: "b1",
-		FlushInterval: 20 * time.Millisecond, HeartbeatInterval: 20 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	mu, reports, up := fakeController(t)
 	nvml := fakeChecker{name: "nvml", res: source.Result{State: finding.StateFailing, Reason: "GPU 1: GPU is lost",
 		DriverVersion: "550.90.07", GPUs: []finding.GPU{{Index: 0, PCI: "0000:3b:00.0", Serial: "S0", Model: "NVIDIA H100"}},
 		Findings: []finding.Finding{{Detector: finding.DetectorNVMLError, GPUPCI: "0000:3c:00.0",
@@ -75,7 +58,7 @@ func TestMonitorsReachTheController(t *testing.T) {
 		mu.Lock()
 		var found bool
 		var hb *finding.Heartbeat
-		for _, r := range reports {
+		for _, r := range *reports {
 			for _, f := range r.Findings {
 				found = found || (f.Detector == finding.DetectorNVMLError && f.ID != "" && f.Node == "node-a1")
 			}
@@ -98,7 +81,7 @@ func TestMonitorsReachTheController(t *testing.T) {
 			break
 		}
 		if ctx.Err() != nil {
-			t.Fatalf("no complete report: %+v", reports)
+			t.Fatalf("no complete report: %+v", *reports)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -141,4 +124,29 @@ func TestReplayClock(t *testing.T) {
 	if recs := read(nil); !recs[0].Time.IsZero() {
 		t.Errorf("without a clock the /dev/kmsg record got time %s", recs[0].Time)
 	}
+}
+
+// fakeController is a controller that accepts every report and keeps it,
+// and an uplink to it from node-a1 of cluster c1 that flushes and
+// heartbeats every 20 ms. Read *reports holding mu.
+func fakeController(t *testing.T) (*sync.Mutex, *[]finding.Report, *uplink.Uplink) {
+	t.Helper()
+	mu, reports := new(sync.Mutex), new([]finding.Report)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var rep finding.Report
+		if err := json.NewDecoder(r.Body).Decode(&rep); err != nil {
+			t.Errorf("decode report: %v", err)
+		}
+		mu.Lock()
+		*reports = append(*reports, rep)
+		mu.Unlock()
+		w.WriteHeader(http.StatusAccepted)
+	}))
+	t.Cleanup(srv.Close)
+	up, err := uplink.New(uplink.Config{URL: srv.URL, Cluster: "c1", Node: "node-a1", BootID: "b1",
+		FlushInterval: 20 * time.Millisecond, HeartbeatInterval: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mu, reports, up
 }

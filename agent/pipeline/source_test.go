@@ -2,13 +2,9 @@ package pipeline
 
 import (
 	"context"
-	"encoding/json"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,7 +14,6 @@ import (
 	"github.com/fleetrepair/fleetrepair/agent/finding"
 	"github.com/fleetrepair/fleetrepair/agent/kmsg"
 	"github.com/fleetrepair/fleetrepair/agent/source"
-	"github.com/fleetrepair/fleetrepair/agent/uplink"
 )
 
 // TestKernelLogMissingKeepsAgentRunning: a kernel log that cannot be opened
@@ -29,24 +24,7 @@ import (
 // findings.
 func TestKernelLogMissingKeepsAgentRunning(t *testing.T) {
 	t.Parallel()
-	var mu sync.Mutex
-	var reports []finding.Report
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var rep finding.Report
-		if err := json.NewDecoder(r.Body).Decode(&rep); err != nil {
-			t.Errorf("decode report: %v", err)
-		}
-		mu.Lock()
-		reports = append(reports, rep)
-		mu.Unlock()
-		w.WriteHeader(http.StatusAccepted)
-	}))
-	defer srv.Close()
-	up, err := uplink.New(uplink.Config{URL: srv.URL, Cluster: "c1", Node: "node-a1", BootID: "b1",
-		FlushInterval: 20 * time.Millisecond, HeartbeatInterval: 20 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	mu, reports, up := fakeController(t)
 	path := filepath.Join(t.TempDir(), "kmsg")
 	reg := prometheus.NewRegistry()
 	dev := &kmsg.Device{Options: kmsg.ReaderOptions{Path: path}}
@@ -66,7 +44,7 @@ func TestKernelLogMissingKeepsAgentRunning(t *testing.T) {
 			mu.Lock()
 			var hb *finding.Heartbeat
 			var fs []finding.Finding
-			for _, r := range reports {
+			for _, r := range *reports {
 				fs = append(fs, r.Findings...)
 				if r.Heartbeat != nil {
 					hb = r.Heartbeat
@@ -80,7 +58,7 @@ func TestKernelLogMissingKeepsAgentRunning(t *testing.T) {
 			case err := <-done:
 				t.Fatalf("%s: the agent stopped: %v", what, err)
 			case <-ctx.Done():
-				t.Fatalf("%s: not seen; last reports %+v", what, reports[max(0, len(reports)-2):])
+				t.Fatalf("%s: not seen; last reports %+v", what, (*reports)[max(0, len(*reports)-2):])
 			case <-time.After(10 * time.Millisecond):
 			}
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/fleetrepair/fleetrepair/agent/finding"
 	"github.com/fleetrepair/fleetrepair/controller/auth"
 	"github.com/fleetrepair/fleetrepair/controller/catalog"
+	"github.com/fleetrepair/fleetrepair/controller/store"
 	"github.com/fleetrepair/fleetrepair/test/pgtest"
 	"github.com/fleetrepair/fleetrepair/web/api"
 )
@@ -27,19 +28,7 @@ const c29 = "../../test/fixtures/cases/c29-nccl-ib-completion-error-peer/"
 // error, not an empty report.
 func TestReportJob(t *testing.T) {
 	ctx := context.Background()
-	st := pgtest.Store(t)
-	ops, err := auth.NewOperators([]auth.Operator{{Name: "epilog", Role: auth.RoleReporter, TokenSHA256: auth.TokenHash("rep")},
-		{Name: "v", Role: auth.RoleViewer, TokenSHA256: auth.TokenHash("view")}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := api.Handler(api.Config{Store: st, Catalog: catalog.Default(), Clusters: []string{"prod"}, Operators: ops,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(h)
-	defer srv.Close()
+	st, srv := reportJobServer(t)
 	cli := func(in string, args ...string) (string, error) {
 		var out, errOut bytes.Buffer
 		err := run(ctx, append([]string{"report-job", "--server", srv.URL}, args...), strings.NewReader(in), &out, &errOut)
@@ -111,18 +100,7 @@ func TestReportJob(t *testing.T) {
 // about, a Node the controller knows is not.
 func TestReportJobResendIsIdempotent(t *testing.T) {
 	ctx := context.Background()
-	st := pgtest.Store(t)
-	ops, err := auth.NewOperators([]auth.Operator{{Name: "epilog", Role: auth.RoleReporter, TokenSHA256: auth.TokenHash("rep")}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := api.Handler(api.Config{Store: st, Catalog: catalog.Default(), Clusters: []string{"prod"}, Operators: ops,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(h)
-	defer srv.Close()
+	st, srv := reportJobServer(t)
 	cli := func(args ...string) (string, string, error) {
 		var out, errOut bytes.Buffer
 		err := run(ctx, append([]string{"report-job", "--server", srv.URL, "--token", "rep", "--cluster", "prod",
@@ -153,4 +131,24 @@ func TestReportJobResendIsIdempotent(t *testing.T) {
 	if out, warn, err = cli("--host", "job-a-worker-0=gpu-a"); err != nil || !strings.Contains(out, "(2 new) on gpu-a, gpu-b") || warn != "" {
 		t.Errorf("known node: %v\n%s%s", err, out, warn)
 	}
+}
+
+// reportJobServer is the API of cluster prod on a fresh store, with the
+// operators epilog (reporter, token "rep") and v (viewer, token "view").
+func reportJobServer(t *testing.T) (*store.Store, *httptest.Server) {
+	t.Helper()
+	st := pgtest.Store(t)
+	ops, err := auth.NewOperators([]auth.Operator{{Name: "epilog", Role: auth.RoleReporter, TokenSHA256: auth.TokenHash("rep")},
+		{Name: "v", Role: auth.RoleViewer, TokenSHA256: auth.TokenHash("view")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := api.Handler(api.Config{Store: st, Catalog: catalog.Default(), Clusters: []string{"prod"}, Operators: ops,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return st, srv
 }
