@@ -494,17 +494,3 @@ func (s *Store) writeLedgers(ctx context.Context, plans []*ledgerPlan, now time.
 	}
 	return out, after, nil
 }
-
-// sendBatch sends b, whose first statement is sqlEnsureCluster unless known
-// (the cluster row this Store has seen), and reads that statement's result.
-// The caller closes the results.
-func (s *Store) sendBatch(ctx context.Context, b *pgx.Batch, known bool) (pgx.BatchResults, error) {
-	br := s.pool.SendBatch(ctx, b)
-	if !known {
-		if _, err := br.Exec(); err != nil {
-			br.Close()
-			return nil, err
-		}
-	}
-	return br, nil
-}
