@@ -420,3 +420,46 @@ func TestRetarget(t *testing.T) {
 		}
 	}
 }
+
+// TestBreakerHolds: the pre-check is true only where Deletion refuses
+// whatever the owners' word and the healthy count are.
+func TestBreakerHolds(t *testing.T) {
+	t.Parallel()
+	st, held, free := openZone(t)
+	killed := st
+	killed.KillSwitch = breaker.KillSwitch{On: true, Actor: "user:otto", Since: t0}
+	room := decide.Budget{DeletionsPerHour: 10, MaxInFlightPerNodePool: 1, NodePoolDeletionsPerHour: 5, MinHealthy: 3}
+	for _, tt := range []struct {
+		name string
+		g    decide.Guards
+		now  time.Time
+		want bool
+	}{
+		{"held by the zone breaker", decide.Guards{Budget: room, Breakers: true, State: st, Node: held, MaxBreakerAge: time.Minute}, t0, true},
+		{"another zone", decide.Guards{Budget: room, Breakers: true, State: st, Node: free, MaxBreakerAge: time.Minute}, t0, false},
+		{"human approved", decide.Guards{Budget: room, Breakers: true, State: st, Node: held, HumanApproved: true, MaxBreakerAge: time.Minute}, t0, false},
+		{"stale state", decide.Guards{Budget: room, Breakers: true, State: st, Node: held, MaxBreakerAge: time.Minute}, t0.Add(2 * time.Minute), false},
+		{"breakers off", decide.Guards{Budget: room, State: st, Node: held, MaxBreakerAge: time.Minute}, t0, false},
+		{"kill switch: decided without the pre-check", decide.Guards{Budget: room, Breakers: true, State: killed, Node: held, MaxBreakerAge: time.Minute}, t0, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if got := decide.BreakerHolds(tt.g, tt.now); got != tt.want {
+				t.Fatalf("BreakerHolds = %t, want %t", got, tt.want)
+			}
+			if !tt.want {
+				return
+			}
+			// Held: no owners' word and no healthy count let it through.
+			for _, owners := range []decide.Disruption{{}, {OptOut: "Node n1"}, {DoNotDisrupt: "Pod ml/a"}} {
+				for _, healthy := range []int{0, 100} {
+					g := tt.g
+					g.Disruption, g.Counts.Healthy = owners, healthy
+					if err := decide.Deletion(g, tt.now); err == nil {
+						t.Fatalf("Deletion allowed a node BreakerHolds holds (owners %+v, healthy %d)", owners, healthy)
+					}
+				}
+			}
+		})
+	}
+}

@@ -178,6 +178,24 @@ func Deletion(g Guards, now time.Time) error {
 	return nil
 }
 
+// BreakerHolds reports whether the breakers hold g.Node's deletion on
+// g.State at now, whatever g.Disruption and g.Counts.Healthy say: breakers
+// on, no human approval, the kill switch off, the state fresh (Fresh) and
+// breaker.Allows refusing the node. Deletion on such g never returns nil
+// (a budget, an owner's hold or ErrHeldByBreaker), so a caller that knows
+// this may decide on the owners' word it has recorded instead of reading
+// it again (the live guard in a zone wave: no Pod list and NodePool read
+// per held repair; the shadow report always decides on the recorded word).
+// It only ever tells a caller it may skip reads for a refusal; nothing may
+// be allowed on it.
+func BreakerHolds(g Guards, now time.Time) bool {
+	if !g.Breakers || g.HumanApproved || g.State.KillSwitch.On || Fresh(g.State, g.MaxBreakerAge, now) != nil {
+		return false
+	}
+	ok, _ := breaker.Allows(g.State, g.Node)
+	return !ok
+}
+
 // Fresh returns an ErrBreakerStale error unless st was evaluated within
 // maxAge of now; maxAge 0 accepts any evaluation.
 func Fresh(st breaker.State, maxAge time.Duration, now time.Time) error {

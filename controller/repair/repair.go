@@ -713,14 +713,28 @@ func (r *Reconciler) step(ctx context.Context, rp store.Repair, next decide.Next
 // decide.Step sends a recommended reset or reboot to on-call before it
 // gets here.
 func (r *Reconciler) execute(ctx context.Context, k *kube.Cluster, sn heldNode, rp store.Repair, g decide.Next, now time.Time) (store.Repair, error) {
-	guard, err := r.deletionGuard(ctx, k, sn, rp, g.HumanApproved, now)
-	if err != nil {
-		return rp, fmt.Errorf("begin deletion of repair %d: %w", rp.ID, err)
+	guard := r.heldGuard(sn, rp, g.HumanApproved, now) // nil unless the breakers already hold the node
+	for full := guard == nil; ; full = true {
+		if full {
+			var err error
+			if guard, err = r.deletionGuard(ctx, k, sn, rp, g.HumanApproved, now); err != nil {
+				return rp, fmt.Errorf("begin deletion of repair %d: %w", rp.ID, err)
+			}
+		}
+		if r.crash("before-begin-deletion") {
+			return rp, ErrCrashed
+		}
+		next, err := r.cfg.Store.BeginDeletion(ctx, rp.ID, rp.State, Actor, g.Why, now, guard)
+		if !full && errors.Is(err, errGuardRecheck) {
+			continue // the breakers let go meanwhile: every fact read, the guards run again
+		}
+		return r.afterGuard(ctx, k, rp, g, next, err, now)
 	}
-	if r.crash("before-begin-deletion") {
-		return rp, ErrCrashed
-	}
-	next, err := r.cfg.Store.BeginDeletion(ctx, rp.ID, rp.State, Actor, g.Why, now, guard)
+}
+
+// afterGuard carries out decide.AfterGuard's answer to BeginDeletion's
+// (next, err) for the Guard step g of repair rp.
+func (r *Reconciler) afterGuard(ctx context.Context, k *kube.Cluster, rp store.Repair, g decide.Next, next store.Repair, err error, now time.Time) (store.Repair, error) {
 	if errors.Is(err, store.ErrConflict) {
 		return r.cfg.Store.GetRepair(ctx, rp.ID)
 	}
