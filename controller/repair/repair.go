@@ -141,8 +141,9 @@ func (r *Reconciler) crash(point string) bool { return r.cfg.Crash != nil && r.c
 type Reconciler struct {
 	cfg Config
 	log *slog.Logger
-	// evidence is the database part of the evidence step: the store, or
-	// groups of nodes sharing round trips (evidence.go).
+	// evidence is the database part of every reconcile (ReadNode and
+	// WriteNodeLedger): the store, or groups of nodes sharing round trips
+	// (evidence.go).
 	evidence ledgerDB
 
 	mu sync.Mutex
@@ -367,11 +368,11 @@ func (r *Reconciler) reconcile(ctx context.Context, cluster, node string, ledger
 	}
 	// One round trip: the node's Kubernetes facts recorded, its agent row,
 	// open and latest repair, findings and the saved breaker state read
-	// (store.ReadNode).
-	db := ledgerDB(r.cfg.Store)
-	if ledgerOnly {
-		db = r.evidence
-	}
+	// (store.ReadNode), shared with the other reconciles reading at the
+	// moment (evidence.go): the evidence step's and every follow-up's, so
+	// a wave's follow-ups and the watches' echoes of their writes cost
+	// PostgreSQL what the evidence step costs, not twice as much.
+	db := r.evidence
 	snap, err := db.ReadNode(ctx, store.Node{Cluster: cluster, Name: node, NodePool: info.NodePool,
 		Zone: info.Zone, InstanceType: info.InstanceType, NodeClaim: info.NodeClaim, Labels: r.cohortLabels(info)}, 10000, now)
 	if err != nil {
