@@ -581,7 +581,7 @@ func (h *harness) startAgents(ctx context.Context) {
 	for _, r := range h.replicas {
 		urls = append(urls, r.url)
 	}
-	base := &http.Transport{MaxIdleConns: 4096, MaxIdleConnsPerHost: 2048, IdleConnTimeout: 90 * time.Second}
+	base := agentBaseTransport(len(urls))
 	discard := slog.New(slog.NewTextHandler(io.Discard, nil))
 	// One metric set for every agent: 13 collectors per uplink cost about
 	// 9.5 KB of heap each (BenchmarkNew in agent/uplink), 950 MB at 100,000.
@@ -623,6 +623,41 @@ func (h *harness) startAgents(ctx context.Context) {
 		time.Sleep(250 * time.Millisecond)
 	}
 	h.log("all %d agents reporting", len(h.nodes))
+}
+
+// agentConnsPerReplica bounds the simulated agents' connections to one
+// controller replica, connects in progress included: about the listen
+// backlog of a controller (net.core.somaxconn, 4096), and 40 times the
+// connections 20,000 healthy agents keep busy (311 in the steady phase,
+// docs/scale.md). A POST beyond it waits in the harness for a connection,
+// inside its own request timeout and its measured latency, where a real
+// agent would wait in the controller's accept queue.
+const agentConnsPerReplica = 4096
+
+// agentDialTimeout bounds one connect of the simulated agents.
+const agentDialTimeout = 5 * time.Second
+
+// agentBaseTransport is the HTTP transport every simulated agent's POSTs go
+// through (under agentTransport), for replicas controller addresses. It
+// holds what 100,000 agents in one process can afford (docs/design.md,
+// "The load harness's agents share a bounded transport"): net/http lets a
+// connect outlive the request that started it (it may serve a later one),
+// so without MaxConnsPerHost and a dial timeout every POST that times out
+// against a controller too busy to accept leaves a connect behind, each up
+// to the kernel's SYN retries (about two minutes), and they pile up with
+// every retry: 10 goroutines and 124 KB per agent after 15 s in
+// BenchmarkAgentsStalledController, 12 GiB in the 100,000-node run. Idle
+// connections are kept up to the same bound, so agents reuse them instead
+// of connecting anew.
+func agentBaseTransport(replicas int) *http.Transport {
+	d := &net.Dialer{Timeout: agentDialTimeout, KeepAlive: 30 * time.Second}
+	return &http.Transport{
+		DialContext:         d.DialContext,
+		MaxConnsPerHost:     agentConnsPerReplica,
+		MaxIdleConnsPerHost: agentConnsPerReplica,
+		MaxIdleConns:        agentConnsPerReplica * max(1, replicas),
+		IdleConnTimeout:     90 * time.Second,
+	}
 }
 
 // enqueue gives node n a finding.
