@@ -27,10 +27,10 @@ var (
 	flagPGOutage   = flag.Duration("load.pg-outage", 60*time.Second, "PostgreSQL stopped this long (negative: skip)")
 	flagDBPool     = flag.Int("load.db-pool", 32, "pool_max_conns of the controllers' database URL (0: pgxpool's default, which deadlocks at 2 CPUs, see docs/scale.md)")
 	flagLogs       = flag.String("load.logs", "", "keep the controllers' logs in this folder (default: a temporary folder, removed)")
-	flagOut        = flag.String("load.out", "", "also write the table to this file (default: load-<nodes>.txt in the system temp folder)")
+	flagOut        = flag.String("load.out", "", "write the progress lines as they come (log, each phase's figures, the harness's own memory), then the table, to this file (default: load-<nodes>.txt in the system temp folder)")
 	flagBinary     = flag.String("load.binary", "", "the fleetrepair binary to run (default: go build ./cmd/fleetrepair during setup)")
 	flagPprof      = flag.String("load.pprof", "localhost:0", "serve the harness's net/http/pprof on this address (printed at start; empty: off)")
-	flagHeapEvery  = flag.Duration("load.heap-every", 5*time.Minute, "write a heap profile of the harness this often into the -load.logs folder (0: never)")
+	flagHeapEvery  = flag.Duration("load.heap-every", 5*time.Minute, "write a heap profile of the harness this often into the -load.logs folder (default: load-heap-<nodes> in the system temp folder; 0: never)")
 )
 
 // BenchmarkLoad runs every scenario once on a fleet sized by the -load.*
@@ -46,7 +46,7 @@ func BenchmarkLoad(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer f.Close()
+	b.Cleanup(func() { f.Close() }) // after Run's own cleanups, which stop its progress lines
 	prog := io.MultiWriter(os.Stderr, f)
 	if *flagPprof != "" {
 		addr, err := ServePprof(*flagPprof)
