@@ -67,7 +67,9 @@ bench:
 ## LOAD_CLUSTERS > 1 is the fleet scenario: that many API servers, steady heartbeats only, e.g.
 ## `make load LOAD_CLUSTERS=50 LOAD_NODES=100000 LOAD_REPLICAS=1`; LOAD_PROFILE=dir records the
 ## controller with perf in the steady phase. The controller is built first (not during setup, where
-## it competed with the API servers for the CPU).
+## it competed with the API servers for the CPU). The harness prints its pprof address at start, its
+## own RSS every 30 s and each phase's figures as the phase ends (also into bin/load-$(LOAD_NODES).txt),
+## and writes a heap profile of itself every LOAD_HEAP_EVERY into the logs folder.
 LOAD_NODES      ?= 1000
 LOAD_CLUSTERS   ?= 1
 LOAD_FIRST_NODES ?= 0
@@ -78,12 +80,13 @@ LOAD_STEADY     ?= 60s
 LOAD_PG_OUTAGE  ?= 60s
 LOAD_TOLERATION ?= 30s
 LOAD_DB_POOL    ?= 32
+LOAD_HEAP_EVERY ?= 5m
 load:
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/fleetrepair ./cmd/fleetrepair
 	$(GO) test ./test/load -run '^$$' -bench '^BenchmarkLoad$$' -benchtime 1x -timeout 120m -args -load.binary=$(CURDIR)/$(BIN)/fleetrepair \
 		-load.nodes=$(LOAD_NODES) -load.clusters=$(LOAD_CLUSTERS) -load.first-cluster-nodes=$(LOAD_FIRST_NODES) -load.profile=$(LOAD_PROFILE) -load.replicas=$(LOAD_REPLICAS) -load.workers=$(LOAD_WORKERS) \
-		-load.steady=$(LOAD_STEADY) -load.pg-outage=$(LOAD_PG_OUTAGE) -load.toleration=$(LOAD_TOLERATION) -load.db-pool=$(LOAD_DB_POOL) \
+		-load.steady=$(LOAD_STEADY) -load.pg-outage=$(LOAD_PG_OUTAGE) -load.toleration=$(LOAD_TOLERATION) -load.db-pool=$(LOAD_DB_POOL) -load.heap-every=$(LOAD_HEAP_EVERY) \
 		-load.out=$(CURDIR)/$(BIN)/load-$(LOAD_NODES).txt -load.logs=$(CURDIR)/$(BIN)/load-logs-$(LOAD_NODES)
 
 ## faults: the full fault-injection suite (test/load/faults.go, docs/faults.md): cmd/fleetrepair with

@@ -124,6 +124,17 @@ type Config struct {
 	Binary        string        // the fleetrepair binary; empty: built into a temporary folder
 	LogDir        string        // where the controllers' logs go (replica-N.log); empty: a temporary folder
 	Logf          func(format string, args ...any)
+	// Progress, when set, gets the run's log lines and each phase's row of
+	// figures as they happen (Logf of a benchmark is held until it
+	// returns), so a run stopped midway keeps its completed phases.
+	Progress io.Writer
+	// SelfEvery is how often the harness prints its own RSS, heap and
+	// goroutines to Progress (30s; < 0: never).
+	SelfEvery time.Duration
+	// HeapProfileDir, when set, gets a heap profile of the harness process
+	// every HeapProfileEvery (5m), from the start of setup.
+	HeapProfileDir   string
+	HeapProfileEvery time.Duration
 }
 
 func (c *Config) defaults() {
@@ -151,6 +162,8 @@ func (c *Config) defaults() {
 	orDefault(&c.Resync, 10*time.Second)
 	orDefault(&c.PGOutage, 60*time.Second)
 	orDefault(&c.Drain, 3*time.Minute)
+	orDefault(&c.SelfEvery, 30*time.Second)
+	orDefault(&c.HeapProfileEvery, 5*time.Minute)
 	if c.Background == 0 {
 		c.Background = float64(c.Nodes) / 100
 	}
@@ -171,6 +184,7 @@ type Phase struct {
 	ControllerRSS                                                int64         // largest RSS of one replica, sampled every second, bytes
 	PostgresCores                                                float64       // postmaster and children, cores
 	HarnessCores                                                 float64       // this process (agents, API polling): it shares the CPUs
+	HarnessRSS                                                   int64         // largest RSS of this process, sampled every second, bytes
 	APIRequests                                                  float64       // apiserver_request_total delta, the harness's own taken out
 	APIByVerb                                                    map[string]float64
 }
@@ -251,9 +265,14 @@ func Run(tb testing.TB, cfg Config) *Result {
 		tb.Fatalf("load config: replicas %d (1 or 2), zones %d (>= 2), killLeader %v (needs 2 replicas), clusters %d with %d of %d nodes in the first (every cluster needs a node)",
 			cfg.Replicas, cfg.Zones, cfg.KillLeader, cfg.Clusters, cfg.FirstClusterNodes, cfg.Nodes)
 	}
-	h := &harness{tb: tb, cfg: cfg, res: &Result{Config: cfg}, st: newAgentStats(), log: cfg.Logf}
+	h := &harness{tb: tb, cfg: cfg, res: &Result{Config: cfg}, st: newAgentStats(), prog: &progress{w: cfg.Progress}}
+	h.log = func(format string, args ...any) {
+		cfg.Logf(format, args...)
+		h.prog.printf(format, args...)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	tb.Cleanup(cancel)
+	go h.watchSelf(ctx)
 	begin := time.Now()
 	h.setup(ctx)
 	h.res.Setup = time.Since(begin)
@@ -280,6 +299,10 @@ type harness struct {
 	res *Result
 	log func(string, ...any)
 	st  *agentStats
+	// prog is Config.Progress; selfRSS the harness's largest RSS since the
+	// last phase start (watchSelf).
+	prog    *progress
+	selfRSS atomic.Int64
 
 	pg        *pgtemp.Server
 	pgCPU     float64 // CPU seconds of earlier postmasters (before a Halt)
@@ -558,7 +581,7 @@ func (h *harness) startAgents(ctx context.Context) {
 	for _, r := range h.replicas {
 		urls = append(urls, r.url)
 	}
-	base := &http.Transport{MaxIdleConns: 4096, MaxIdleConnsPerHost: 2048, IdleConnTimeout: 90 * time.Second}
+	base := agentBaseTransport(len(urls))
 	discard := slog.New(slog.NewTextHandler(io.Discard, nil))
 	// One metric set for every agent: 13 collectors per uplink cost about
 	// 9.5 KB of heap each (BenchmarkNew in agent/uplink), 950 MB at 100,000.
@@ -600,6 +623,41 @@ func (h *harness) startAgents(ctx context.Context) {
 		time.Sleep(250 * time.Millisecond)
 	}
 	h.log("all %d agents reporting", len(h.nodes))
+}
+
+// agentConnsPerReplica bounds the simulated agents' connections to one
+// controller replica, connects in progress included: about the listen
+// backlog of a controller (net.core.somaxconn, 4096), and 40 times the
+// connections 20,000 healthy agents keep busy (311 in the steady phase,
+// docs/scale.md). A POST beyond it waits in the harness for a connection,
+// inside its own request timeout and its measured latency, where a real
+// agent would wait in the controller's accept queue.
+const agentConnsPerReplica = 4096
+
+// agentDialTimeout bounds one connect of the simulated agents.
+const agentDialTimeout = 5 * time.Second
+
+// agentBaseTransport is the HTTP transport every simulated agent's POSTs go
+// through (under agentTransport), for replicas controller addresses. It
+// holds what 100,000 agents in one process can afford (docs/design.md,
+// "The load harness's agents share a bounded transport"): net/http lets a
+// connect outlive the request that started it (it may serve a later one),
+// so without MaxConnsPerHost and a dial timeout every POST that times out
+// against a controller too busy to accept leaves a connect behind, each up
+// to the kernel's SYN retries (about two minutes), and they pile up with
+// every retry: 10 goroutines and 124 KB per agent after 15 s in
+// BenchmarkAgentsStalledController, 12 GiB in the 100,000-node run. Idle
+// connections are kept up to the same bound, so agents reuse them instead
+// of connecting anew.
+func agentBaseTransport(replicas int) *http.Transport {
+	d := &net.Dialer{Timeout: agentDialTimeout, KeepAlive: 30 * time.Second}
+	return &http.Transport{
+		DialContext:         d.DialContext,
+		MaxConnsPerHost:     agentConnsPerReplica,
+		MaxIdleConnsPerHost: agentConnsPerReplica,
+		MaxIdleConns:        agentConnsPerReplica * max(1, replicas),
+		IdleConnTimeout:     90 * time.Second,
+	}
 }
 
 // enqueue gives node n a finding.
@@ -674,6 +732,7 @@ func (h *harness) phase(ctx context.Context, name string, fn func()) {
 	for _, r := range h.replicas {
 		r.rss.Store(0)
 	}
+	h.selfRSS.Store(0)
 	start := time.Now()
 	fn()
 	p := Phase{Name: name, Duration: time.Since(start)}
@@ -689,6 +748,7 @@ func (h *harness) phase(ctx context.Context, name string, fn func()) {
 	p.PostgresCores = (h.postgresCPU() - pg0) / secs
 	self1, _ := cpuSeconds(os.Getpid(), false)
 	p.HarnessCores = (self1 - self0) / secs
+	p.HarnessRSS = h.selfRSS.Load()
 	api1 := h.apiRequests(ctx)
 	own := float64(h.ownReqs.Load() - own0)
 	p.APIRequests = api1.total - api0.total - own
@@ -699,8 +759,9 @@ func (h *harness) phase(ctx context.Context, name string, fn func()) {
 		}
 	}
 	h.res.Phases = append(h.res.Phases, p)
-	h.log("phase %s: %.0f reports/s p50 %s p99 %s, controller %.2f cores, postgres %.2f cores, api %.1f req/s",
+	h.cfg.Logf("phase %s: %.0f reports/s p50 %s p99 %s, controller %.2f cores, postgres %.2f cores, api %.1f req/s",
 		name, p.Rate(), p.P50, p.P99, p.ControllerCores, p.PostgresCores, p.APIRate())
+	h.prog.phaseRow(p)
 }
 
 func quantile(sorted []time.Duration, q float64) time.Duration {

@@ -2,6 +2,8 @@ package load
 
 import (
 	"flag"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -25,29 +27,49 @@ var (
 	flagPGOutage   = flag.Duration("load.pg-outage", 60*time.Second, "PostgreSQL stopped this long (negative: skip)")
 	flagDBPool     = flag.Int("load.db-pool", 32, "pool_max_conns of the controllers' database URL (0: pgxpool's default, which deadlocks at 2 CPUs, see docs/scale.md)")
 	flagLogs       = flag.String("load.logs", "", "keep the controllers' logs in this folder (default: a temporary folder, removed)")
-	flagOut        = flag.String("load.out", "", "also write the table to this file (default: load-<nodes>.txt in the system temp folder)")
+	flagOut        = flag.String("load.out", "", "write the progress lines as they come (log, each phase's figures, the harness's own memory), then the table, to this file (default: load-<nodes>.txt in the system temp folder)")
 	flagBinary     = flag.String("load.binary", "", "the fleetrepair binary to run (default: go build ./cmd/fleetrepair during setup)")
+	flagPprof      = flag.String("load.pprof", "localhost:0", "serve the harness's net/http/pprof on this address (printed at start; empty: off)")
+	flagHeapEvery  = flag.Duration("load.heap-every", 5*time.Minute, "write a heap profile of the harness this often into the -load.logs folder (default: load-heap-<nodes> in the system temp folder; 0: never)")
 )
 
 // BenchmarkLoad runs every scenario once on a fleet sized by the -load.*
 // flags and prints the figures; `make load` runs it with -benchtime 1x.
 func BenchmarkLoad(b *testing.B) {
-	cfg := Config{Nodes: *flagNodes, Clusters: *flagClusters, FirstClusterNodes: *flagFirstNodes, ProfileDir: *flagProfile, Zones: *flagZones, Replicas: *flagReplicas, KillLeader: *flagReplicas > 1 && *flagClusters <= 1,
-		Workers: *flagWorkers, Steady: *flagSteady, Heartbeat: *flagHeartbeat, Toleration: *flagToleration,
-		PGOutage: *flagPGOutage, DBPoolConns: *flagDBPool, LogDir: *flagLogs, Binary: *flagBinary, Logf: b.Logf}
-	var res *Result
-	for b.Loop() {
-		res = Run(b, cfg)
-	}
 	out := *flagOut
 	if out == "" {
-		out = filepath.Join(os.TempDir(), "load-"+strconv.Itoa(cfg.Nodes)+".txt")
+		out = filepath.Join(os.TempDir(), "load-"+strconv.Itoa(*flagNodes)+".txt")
 	}
+	// The out file gets the progress lines (log, each phase's figures, the
+	// harness's own memory) as they come, then the table.
 	f, err := os.Create(out)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer f.Close()
+	b.Cleanup(func() { f.Close() }) // after Run's own cleanups, which stop its progress lines
+	prog := io.MultiWriter(os.Stderr, f)
+	if *flagPprof != "" {
+		addr, err := ServePprof(*flagPprof)
+		if err != nil {
+			b.Fatal(err)
+		}
+		fmt.Fprintf(prog, "harness pprof: http://%s/debug/pprof/ (go tool pprof http://%s/debug/pprof/heap)\n", addr, addr)
+	}
+	heapDir := *flagLogs
+	if heapDir == "" {
+		heapDir = filepath.Join(os.TempDir(), "load-heap-"+strconv.Itoa(*flagNodes))
+	}
+	if *flagHeapEvery <= 0 {
+		heapDir = ""
+	}
+	cfg := Config{Nodes: *flagNodes, Clusters: *flagClusters, FirstClusterNodes: *flagFirstNodes, ProfileDir: *flagProfile, Zones: *flagZones, Replicas: *flagReplicas, KillLeader: *flagReplicas > 1 && *flagClusters <= 1,
+		Workers: *flagWorkers, Steady: *flagSteady, Heartbeat: *flagHeartbeat, Toleration: *flagToleration,
+		PGOutage: *flagPGOutage, DBPoolConns: *flagDBPool, LogDir: *flagLogs, Binary: *flagBinary,
+		Progress: prog, HeapProfileDir: heapDir, HeapProfileEvery: *flagHeapEvery}
+	var res *Result
+	for b.Loop() {
+		res = Run(b, cfg)
+	}
 	if err := res.WriteTable(f); err != nil {
 		b.Fatal(err)
 	}

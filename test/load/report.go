@@ -27,11 +27,9 @@ func (r *Result) WriteTable(w io.Writer) error {
 	fmt.Fprintf(&b, "controller database pool: %s; agents: agent/uplink, --agent-auth=static\n", pool)
 	fmt.Fprintf(&b, "setup (PostgreSQL, API server, Nodes+NodeClaims, controllers, first heartbeats): %s\n\n", r.Setup.Round(time.Second))
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "phase\tseconds\taccepted/s\tp50 ms\tp99 ms\t429\t5xx\t4xx\tno answer\tctrl cores\tctrl RSS MiB\tpg cores\tharness cores\tapiserver req/s\t")
+	writePhaseHeader(tw)
 	for _, p := range r.Phases {
-		fmt.Fprintf(tw, "%s\t%.0f\t%.1f\t%.1f\t%.1f\t%d\t%d\t%d\t%d\t%.2f\t%.0f\t%.2f\t%.2f\t%.1f\t\n", p.Name, p.Duration.Seconds(), p.Rate(),
-			ms(p.P50), ms(p.P99), p.TooMany, p.ServerErrors, p.ClientErrors, p.NetworkErrors, p.ControllerCores,
-			float64(p.ControllerRSS)/(1<<20), p.PostgresCores, p.HarnessCores, p.APIRate())
+		writePhaseRow(tw, p)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -93,6 +91,18 @@ func (r *Result) writeVerdict(w io.Writer, b *strings.Builder) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// writePhaseHeader and writePhaseRow are the phase table's header and one
+// phase's row (tab-separated, for a tabwriter).
+func writePhaseHeader(w io.Writer) {
+	fmt.Fprintln(w, "phase\tseconds\taccepted/s\tp50 ms\tp99 ms\t429\t5xx\t4xx\tno answer\tctrl cores\tctrl RSS MiB\tpg cores\tharness cores\tharness RSS MiB\tapiserver req/s\t")
+}
+
+func writePhaseRow(w io.Writer, p Phase) {
+	fmt.Fprintf(w, "%s\t%.0f\t%.1f\t%.1f\t%.1f\t%d\t%d\t%d\t%d\t%.2f\t%.0f\t%.2f\t%.2f\t%.0f\t%.1f\t\n", p.Name, p.Duration.Seconds(), p.Rate(),
+		ms(p.P50), ms(p.P99), p.TooMany, p.ServerErrors, p.ClientErrors, p.NetworkErrors, p.ControllerCores,
+		float64(p.ControllerRSS)/(1<<20), p.PostgresCores, p.HarnessCores, float64(p.HarnessRSS)/(1<<20), p.APIRate())
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -1,0 +1,133 @@
+package load
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"runtime"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fleetrepair/fleetrepair/agent/finding"
+	"github.com/fleetrepair/fleetrepair/agent/uplink"
+)
+
+// stalledListener is a TCP listener on 127.0.0.1 with a backlog of one
+// that never accepts: a controller too busy to accept, its accept queue
+// full, as the 100,000-node run saw (agents' POSTs timing out). Connects
+// beyond the backlog wait in SYN retries (net.ipv4.tcp_syn_retries, about
+// two minutes with the default 6).
+func stalledListener(tb testing.TB) *url.URL {
+	tb.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		tb.Fatal(err)
+	}
+	if err := syscall.Listen(fd, 1); err != nil {
+		tb.Fatal(err)
+	}
+	f := os.NewFile(uintptr(fd), "stalled")
+	l, err := net.FileListener(f)
+	f.Close()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { l.Close() })
+	return &url.URL{Scheme: "http", Host: l.Addr().String()}
+}
+
+// hangingListener accepts connections and reads from them but never
+// answers: a controller that accepts and then stalls.
+func hangingListener(tb testing.TB) *url.URL {
+	tb.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				buf := make([]byte, 4096)
+				for {
+					if _, err := c.Read(buf); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return &url.URL{Scheme: "http", Host: l.Addr().String()}
+}
+
+// BenchmarkAgentsStalledController measures what the harness's simulated
+// agents (agent/uplink over the harness's shared transport, startAgents)
+// hold while the controller does not answer: agents uplinks, each POST
+// timing out after 500 ms and retried after 100-500 ms, for 15 s. It
+// reports the goroutines, live heap and goroutine stacks per agent at the
+// end (after a GC): a harness whose pending connects or connections grow
+// with every timed-out attempt shows them growing with the run's length.
+func BenchmarkAgentsStalledController(b *testing.B) {
+	const agents = 2000
+	for _, c := range []struct {
+		name   string
+		listen func(testing.TB) *url.URL
+	}{{"backlog-full", stalledListener}, {"no-answer", hangingListener}} {
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				u := c.listen(b)
+				base := agentBaseTransport(1)
+				st := newAgentStats()
+				um, err := uplink.NewMetrics(nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				ctx, cancel := context.WithCancel(context.Background())
+				g0 := runtime.NumGoroutine()
+				done := make(chan struct{}, agents)
+				for i := range agents {
+					tr := &agentTransport{base: base, urls: []*url.URL{u}, st: st}
+					up, err := uplink.New(uplink.Config{URL: u.String(), Cluster: "c", Node: fmt.Sprintf("n-%05d", i), BootID: "boot",
+						AgentVersion: "load", Token: token, HTTPClient: &http.Client{Transport: tr}, FlushInterval: 100 * time.Millisecond,
+						HeartbeatInterval: time.Second, RequestTimeout: 500 * time.Millisecond, RetryInitialInterval: 100 * time.Millisecond,
+						RetryMaxInterval: 500 * time.Millisecond, ShutdownTimeout: time.Millisecond, Logger: slog.New(slog.DiscardHandler), Metrics: um})
+					if err != nil {
+						b.Fatal(err)
+					}
+					up.SetHeartbeat(finding.Heartbeat{DriverVersion: "550.54.15", KernelVersion: "6.8.0-1015-aws", GPUCount: 8})
+					go func() { _ = up.Run(ctx); done <- struct{}{} }()
+				}
+				var ms runtime.MemStats
+				for s := 0; s < 15; s++ {
+					time.Sleep(time.Second)
+					runtime.ReadMemStats(&ms)
+					b.Logf("%2ds: %d goroutines, heap %.0f MiB, stacks %.0f MiB, outcomes %+v", s+1, runtime.NumGoroutine(),
+						float64(ms.HeapAlloc)/(1<<20), float64(ms.StackInuse)/(1<<20), st.counts())
+				}
+				runtime.GC()
+				runtime.ReadMemStats(&ms)
+				b.ReportMetric(float64(runtime.NumGoroutine()-g0)/agents, "goroutines/agent")
+				b.ReportMetric(float64(ms.HeapAlloc)/agents, "heap-B/agent")
+				b.ReportMetric(float64(ms.StackInuse)/agents, "stack-B/agent")
+				cancel()
+				for range agents {
+					<-done
+				}
+				base.CloseIdleConnections()
+			}
+		})
+	}
+}
