@@ -55,7 +55,8 @@ func TestSetNodeOwners(t *testing.T) {
 // TestDeletionBudgets: the gauge's budgets count what BeginDeletion counts
 // (real repairs that entered deleting in the last hour, deletions in
 // flight per NodePool), leave dry-run repairs out, cover a NodePool with
-// nodes but no deletion, and never go below zero.
+// nodes but no deletion, leave out a NodePool whose nodes are all removed,
+// and never go below zero.
 func TestDeletionBudgets(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -69,6 +70,17 @@ func TestDeletionBudgets(t *testing.T) {
 	}
 	if _, err := st.UpsertNodeMeta(ctx, store.Node{Cluster: "c1", Name: "cpu-1", NodePool: "cpu"}, now); err != nil {
 		t.Fatal(err)
+	}
+	// NodePool retired's nodes were all replaced (their Nodes gone): it is
+	// left out. cpu keeps its one present node next to a removed one.
+	for _, n := range []store.Node{{Cluster: "c1", Name: "old-1", NodePool: "retired"}, {Cluster: "c1", Name: "old-2", NodePool: "retired"},
+		{Cluster: "c1", Name: "cpu-2", NodePool: "cpu"}} {
+		if _, err := st.ReadNode(ctx, n, 1, now.Add(-time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.MarkNodeRemoved(ctx, "c1", n.Name, now.Add(-30*time.Minute)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	// An older deletion, finished: outside the sliding hour.
 	old := tolerating(t, st, "gpu-old", "gpu", false, now.Add(-3*time.Hour))
@@ -96,6 +108,15 @@ func TestDeletionBudgets(t *testing.T) {
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("DeletionBudgets =\n%+v\nwant\n%+v", got, want)
+	}
+	// A node of retired whose agent reports after the removal is back, and
+	// so is its NodePool.
+	if _, err := st.IngestReport(ctx, report("c1", "old-1", "boot-b", 1, now), now); err != nil {
+		t.Fatal(err)
+	}
+	got, _ = st.DeletionBudgets(ctx, now)
+	if len(got) != len(want)+2 || got[5].NodePool != "retired" || got[6].NodePool != "retired" {
+		t.Fatalf("DeletionBudgets after old-1 reported =\n%+v\nwant NodePool retired listed again", got)
 	}
 	// A budget lowered below what was used reads 0, not negative.
 	if _, err := st.SetClusterBudget(ctx, "c1", 1, 2, now); err != nil {
