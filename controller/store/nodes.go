@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -232,12 +234,87 @@ WHERE cluster = $1 AND name = $2 AND (removed_at IS NULL OR last_seen > removed_
 // stays readable (Node.Removed). A node already removed keeps its first
 // removal time; a node not stored writes nothing. Cleared by the Node
 // coming back (UpsertNodeMeta, ReadNode) or, without a write, by a report
-// of its agent received after now.
+// of its agent received after now. SweepRemovedNodes is the same for every
+// node a complete Node list no longer holds.
 func (s *Store) MarkNodeRemoved(ctx context.Context, cluster, node string, now time.Time) error {
 	if _, err := s.pool.Exec(ctx, sqlMarkNodeRemoved, cluster, node, now); err != nil {
 		return errorf(err, "mark node %s/%s removed", cluster, node)
 	}
 	return nil
+}
+
+// sqlSweepRemovedNodes marks removed, in one statement, the cluster's
+// nodes that are present (sqlNodeLive) but not among $2, the Nodes of a
+// complete list read at $4, unless the reconciler wrote the row or the
+// agent reported at or after $4, or the agent reported at or after $5
+// (SweepRemovedNodes). The anti-join against unnest($2) is a hash anti-join,
+// not a scan of $2 per row. Returns each marked node and whether it has
+// active diagnoses.
+const sqlSweepRemovedNodes = `
+UPDATE nodes n SET removed_at = $3, updated_at = $3
+WHERE n.cluster = $1 AND ` + sqlNodeLive + `
+  AND n.updated_at < $4 AND n.created_at < $4
+  AND (n.last_seen IS NULL OR n.last_seen < LEAST($4, $5))
+  AND NOT EXISTS (SELECT 1 FROM unnest($2::text[]) AS p(name) WHERE p.name = n.name)
+RETURNING n.name, EXISTS (SELECT 1 FROM diagnoses d WHERE d.cluster = n.cluster AND d.node = n.name AND d.active)`
+
+// NodeSweep is one sweep of a cluster's stored nodes against a complete
+// list of its Kubernetes Nodes (SweepRemovedNodes).
+type NodeSweep struct {
+	Cluster string
+	// Present are the names of every Node of the cluster, as a synced
+	// informer cache (or a complete list from the API server) held them at
+	// ListedAt. An incomplete list marks present nodes removed: the caller
+	// vouches for it.
+	Present  []string
+	ListedAt time.Time
+	// SilentBefore: a node whose agent reported at or after it is left
+	// alone (its machine is there; the Node may be on its way back). Zero:
+	// ListedAt.
+	SilentBefore time.Time
+}
+
+// SweptNode is a node SweepRemovedNodes marked removed.
+type SweptNode struct {
+	Name string
+	// ActiveDiagnoses: the node still has active diagnoses, which its
+	// reconcile deactivates (the node-gone path of controller/repair).
+	ActiveDiagnoses bool
+}
+
+// SweepRemovedNodes marks removed at now (as MarkNodeRemoved does, in one
+// statement for the whole cluster) every node of sw.Cluster that the store
+// holds as present (not Node.Removed) but sw.Present does not name: a Node
+// deleted while no controller watched, or whose delete event the informer
+// missed. It leaves alone a node whose row was written (the reconciler
+// recorded its Node) or whose agent reported at or after sw.ListedAt, the
+// list being older than that write, and a node whose agent reported at or
+// after sw.SilentBefore. Nodes of other clusters are never touched; a node
+// marked comes back as after MarkNodeRemoved. Returns the nodes marked, by
+// name; ErrInvalid without a cluster or ListedAt.
+func (s *Store) SweepRemovedNodes(ctx context.Context, sw NodeSweep, now time.Time) ([]SweptNode, error) {
+	if sw.Cluster == "" || sw.ListedAt.IsZero() {
+		return nil, invalidf("sweep removed nodes of cluster %q: need a cluster and the time of its Node list", sw.Cluster)
+	}
+	silent := sw.SilentBefore
+	if silent.IsZero() {
+		silent = sw.ListedAt
+	}
+	present := sw.Present
+	if present == nil {
+		present = []string{}
+	}
+	rows, _ := s.pool.Query(ctx, sqlSweepRemovedNodes, sw.Cluster, present, now, sw.ListedAt, silent)
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (SweptNode, error) {
+		var n SweptNode
+		err := row.Scan(&n.Name, &n.ActiveDiagnoses)
+		return n, err
+	})
+	if err != nil {
+		return nil, errorf(err, "sweep removed nodes of cluster %s", sw.Cluster)
+	}
+	slices.SortFunc(out, func(a, b SweptNode) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
 }
 
 const sqlPresentNodes = `
