@@ -106,8 +106,9 @@ nodepool, zone, instance_type, nodeclaim, created_at, updated_at, labels, opt_ou
 	// $1 = '' lists every cluster.
 	sqlListNodes = `SELECT ` + nodeCols + ` FROM nodes WHERE $1 = '' OR cluster = $1 ORDER BY cluster, name`
 
-	// The Kubernetes columns only; the agent's columns are IngestReport's.
-	// The Node is there (the reconciler read it): no longer removed.
+	// The Kubernetes columns only (ReadNode); the agent's columns are
+	// IngestReport's. The Node is there (the reconciler read it): no longer
+	// removed.
 	sqlUpsertNodeMeta = `
 INSERT INTO nodes AS n (cluster, name, nodepool, zone, instance_type, nodeclaim, created_at, updated_at, labels)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $8)
@@ -198,32 +199,6 @@ func (s *Store) ListNodes(ctx context.Context, cluster string) ([]Node, error) {
 	return ns, nil
 }
 
-// UpsertNodeMeta records a node's Kubernetes facts (n.NodePool, n.Zone,
-// n.InstanceType, n.NodeClaim, n.Labels; empty means unknown and is stored
-// as such),
-// creating the cluster and node rows when needed. It never touches the
-// agent's fields (boot ID, versions, heartbeat, last seen), so the informers
-// and the ingest path do not overwrite each other. Returns the stored node.
-func (s *Store) UpsertNodeMeta(ctx context.Context, n Node, now time.Time) (Node, error) {
-	if n.Cluster == "" || n.Name == "" {
-		return Node{}, invalidf("upsert node: cluster and name are required")
-	}
-	var out Node
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, sqlEnsureCluster, n.Cluster, now); err != nil {
-			return err
-		}
-		rows, _ := tx.Query(ctx, sqlUpsertNodeMeta, n.Cluster, n.Name, n.NodePool, n.Zone, n.InstanceType, n.NodeClaim, now, labelsDoc(n.Labels))
-		var err error
-		out, err = pgx.CollectExactlyOneRow(rows, scanNode)
-		return err
-	})
-	if err != nil {
-		return Node{}, errorf(err, "upsert node %s/%s", n.Cluster, n.Name)
-	}
-	return out, nil
-}
-
 const sqlMarkNodeRemoved = `
 UPDATE nodes SET removed_at = $3, updated_at = $3
 WHERE cluster = $1 AND name = $2 AND (removed_at IS NULL OR last_seen > removed_at)`
@@ -233,7 +208,7 @@ WHERE cluster = $1 AND name = $2 AND (removed_at IS NULL OR last_seen > removed_
 // the fleet counts, the agent gauges and the node list while its history
 // stays readable (Node.Removed). A node already removed keeps its first
 // removal time; a node not stored writes nothing. Cleared by the Node
-// coming back (UpsertNodeMeta, ReadNode) or, without a write, by a report
+// coming back (ReadNode) or, without a write, by a report
 // of its agent received after now. SweepRemovedNodes is the same for every
 // node a complete Node list no longer holds.
 func (s *Store) MarkNodeRemoved(ctx context.Context, cluster, node string, now time.Time) error {

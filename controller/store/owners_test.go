@@ -13,24 +13,24 @@ import (
 
 // TestSetNodeOwners: the owners' holds the deletion guard reads are kept
 // per node, changed only when they change, cleared with "", and left alone
-// by the informers' UpsertNodeMeta.
+// by the reconciler's record of the Node's Kubernetes facts (ReadNode).
 func TestSetNodeOwners(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	st := pgtest.Store(t)
 	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	if _, err := st.UpsertNodeMeta(ctx, store.Node{Cluster: "c1", Name: "n1", NodePool: "gpu"}, t0); err != nil {
+	if _, err := st.ReadNode(ctx, store.Node{Cluster: "c1", Name: "n1", NodePool: "gpu"}, 1, t0); err != nil {
 		t.Fatal(err)
 	}
 	if err := st.SetNodeOwners(ctx, "c1", "n1", "NodePool gpu", "Pod ml/train-0", t0.Add(time.Minute)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.UpsertNodeMeta(ctx, store.Node{Cluster: "c1", Name: "n1", NodePool: "gpu", Zone: "z1"}, t0.Add(2*time.Minute)); err != nil {
+	if _, err := st.ReadNode(ctx, store.Node{Cluster: "c1", Name: "n1", NodePool: "gpu", Zone: "z1"}, 1, t0.Add(2*time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	n, err := st.GetNode(ctx, "c1", "n1")
 	if err != nil || n.OptOut != "NodePool gpu" || n.DoNotDisrupt != "Pod ml/train-0" || n.Zone != "z1" {
-		t.Fatalf("node = %+v, %v; want both holds kept through UpsertNodeMeta", n, err)
+		t.Fatalf("node = %+v, %v; want both holds kept through ReadNode", n, err)
 	}
 	// Unchanged: nothing written (updated_at stays).
 	if err := st.SetNodeOwners(ctx, "c1", "n1", "NodePool gpu", "Pod ml/train-0", t0.Add(time.Hour)); err != nil {
@@ -68,7 +68,7 @@ func TestDeletionBudgets(t *testing.T) {
 	if err := st.SetNodePoolBudget(ctx, "c1", 4, now); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.UpsertNodeMeta(ctx, store.Node{Cluster: "c1", Name: "cpu-1", NodePool: "cpu"}, now); err != nil {
+	if _, err := st.ReadNode(ctx, store.Node{Cluster: "c1", Name: "cpu-1", NodePool: "cpu"}, 1, now); err != nil {
 		t.Fatal(err)
 	}
 	// NodePool retired's nodes were all replaced (their Nodes gone): it is

@@ -19,7 +19,7 @@ func TestRemovedNodesLeaveTheFleet(t *testing.T) {
 	ctx := context.Background()
 	s := open(t)
 	for _, n := range []string{"n1", "n2", "n3"} {
-		if _, err := s.UpsertNodeMeta(ctx, store.Node{Cluster: "c1", Name: n, NodePool: "gpu"}, t0); err != nil {
+		if _, err := s.ReadNode(ctx, store.Node{Cluster: "c1", Name: n, NodePool: "gpu"}, 1, t0); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := s.IngestReport(ctx, report("c1", n, "boot-a", 1, t0), t0); err != nil {
@@ -82,7 +82,7 @@ func TestRemovedNodesLeaveTheFleet(t *testing.T) {
 
 	// n2's Node reappears (the reconciler records its Kubernetes facts);
 	// n3's agent reports again after the removal.
-	if _, err := s.UpsertNodeMeta(ctx, store.Node{Cluster: "c1", Name: "n2", NodePool: "gpu"}, now); err != nil {
+	if _, err := s.ReadNode(ctx, store.Node{Cluster: "c1", Name: "n2", NodePool: "gpu"}, 1, now); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.IngestReport(ctx, report("c1", "n3", "boot-b", 1, now), now); err != nil {
