@@ -196,6 +196,7 @@ type Reconciler struct {
 	reconciles         *prometheus.CounterVec
 	deletions          *prometheus.CounterVec
 	transitions        *prometheus.CounterVec
+	sweptNodes         *prometheus.CounterVec // fleetrepair_nodes_swept_removed_total (sweep.go)
 
 	// lastBreakers is the breaker state this replica last saved (nil
 	// before the first pass): the diagnosis reads the software cohorts it
@@ -277,10 +278,11 @@ func New(cfg Config) (*Reconciler, error) {
 			Help: "Replacements not Ready and healthy within the verify timeout."}),
 		nodeConditions: newConditionsGauge(),
 		claimGauge:     nodeClaimGauge(),
+		sweptNodes:     newSweptCounter(),
 	}
 	var qm workqueue.MetricsProvider
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{r.reconciles, r.deletions, r.transitions, r.breakersOpen, r.timeToReplace, r.replacementsFailed, r.forwardDropped, r.nodeConditions, r.claimGauge,
+		for _, c := range []prometheus.Collector{r.reconciles, r.deletions, r.transitions, r.breakersOpen, r.timeToReplace, r.replacementsFailed, r.forwardDropped, r.nodeConditions, r.claimGauge, r.sweptNodes,
 			newLeaderCollector(r)} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("register repair metrics: %w", err)

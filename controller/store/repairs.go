@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fleetrepair/fleetrepair/agent/finding"
 	"github.com/fleetrepair/fleetrepair/controller/decide"
@@ -525,23 +524,6 @@ func (s *Store) RepairAudit(ctx context.Context, id int64) ([]AuditEntry, error)
 		return nil, errorf(pgx.ErrNoRows, "read audit of repair %d", id)
 	}
 	return out, nil
-}
-
-// AddRepairFindings links more findings to repair id and returns how many
-// links are new; ErrNotFound when there is no such repair.
-func (s *Store) AddRepairFindings(ctx context.Context, id int64, findingIDs []string) (int, error) {
-	if len(findingIDs) == 0 {
-		return 0, nil
-	}
-	tag, err := s.pool.Exec(ctx, sqlLinkFindings, id, findingIDs)
-	var pg *pgconn.PgError
-	if errors.As(err, &pg) && pg.Code == "23503" { // foreign_key_violation: no such repair
-		return 0, errorf(pgx.ErrNoRows, "link findings to repair %d", id)
-	}
-	if err != nil {
-		return 0, errorf(err, "link findings to repair %d", id)
-	}
-	return int(tag.RowsAffected()), nil
 }
 
 // RepairFindings returns the stored findings linked to repair id, ordered by
