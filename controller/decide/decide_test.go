@@ -141,8 +141,12 @@ func TestDeletion(t *testing.T) {
 		text string
 	}{
 		{"a lone failure passes", decide.Guards{Budget: room, Breakers: true, State: st, Node: free, MaxBreakerAge: time.Minute}, t0, nil, ""},
-		{"budget first, even behind a breaker", decide.Guards{Budget: room, Counts: decide.Counts{Cluster: "c1", DeletionsLastHour: 10},
-			Breakers: true, State: st, Node: held}, t0, decide.ErrBudgetExceeded, "cluster c1: 10 deletions"},
+		{"the breaker before the budget: a held repair goes to on-call with its budget spent", decide.Guards{Budget: room,
+			Counts: decide.Counts{Cluster: "c1", DeletionsLastHour: 10}, Breakers: true, State: st, Node: held}, t0, decide.ErrHeldByBreaker, "zone=z1"},
+		{"the budget holds a repair the breaker allows", decide.Guards{Budget: room, Counts: decide.Counts{Cluster: "c1", DeletionsLastHour: 10},
+			Breakers: true, State: st, Node: free}, t0, decide.ErrBudgetExceeded, "cluster c1: 10 deletions"},
+		{"the budget holds an approved repair", decide.Guards{Budget: room, Counts: decide.Counts{Cluster: "c1", DeletionsLastHour: 10},
+			Breakers: true, State: st, Node: held, HumanApproved: true}, t0, decide.ErrBudgetExceeded, "cluster c1: 10 deletions"},
 		{"the breaker holds its cohort", decide.Guards{Budget: room, Breakers: true, State: st, Node: held, MaxBreakerAge: time.Minute},
 			t0, decide.ErrHeldByBreaker, "zone=z1"},
 		{"a human approval overrides the breaker", decide.Guards{Budget: room, Breakers: true, State: st, Node: held, HumanApproved: true}, t0, nil, ""},
@@ -167,8 +171,8 @@ func TestDeletion(t *testing.T) {
 			Disruption: decide.Disruption{OptOut: "NodePool gpu", DoNotDisrupt: "Node n1"}}, t0, decide.ErrOptedOut, "NodePool gpu: opted out"},
 		{"the kill switch before the owners", decide.Guards{Budget: room, State: killed, Node: free,
 			Disruption: decide.Disruption{OptOut: "Node n1"}}, t0, decide.ErrKillSwitch, "kill switch"},
-		{"the budget before the owners", decide.Guards{Budget: room, Counts: decide.Counts{Cluster: "c1", DeletionsLastHour: 10}, Node: free,
-			Disruption: decide.Disruption{OptOut: "Node n1"}}, t0, decide.ErrBudgetExceeded, "budget 10 per hour"},
+		{"the owners before the budget", decide.Guards{Budget: room, Counts: decide.Counts{Cluster: "c1", DeletionsLastHour: 10}, Node: free,
+			Disruption: decide.Disruption{OptOut: "Node n1"}}, t0, decide.ErrOptedOut, "Node n1"},
 		{"the owners before the breaker: no approval asked for what waits on them", decide.Guards{Budget: room, Breakers: true, State: st, Node: held,
 			MaxBreakerAge: time.Minute, Disruption: decide.Disruption{DoNotDisrupt: "NodeClaim nc-1"}}, t0, decide.ErrDoNotDisrupt, "NodeClaim nc-1"},
 	} {
