@@ -278,6 +278,39 @@ func TestChart(t *testing.T) {
 		}
 	})
 
+	// The controller's memory limit is also the Go runtime's soft limit
+	// (GOMEMLIMIT from the container's limits.memory), and a chart without
+	// a limit sets none.
+	t.Run("MemoryLimit", func(t *testing.T) {
+		for _, c := range []struct {
+			values string
+			limit  string // "": no GOMEMLIMIT
+		}{
+			{baseValues, "2Gi"},
+			{baseValues + "  resources: {requests: {cpu: 500m, memory: 1Gi}, limits: {memory: 4Gi}}\n", "4Gi"},
+			{baseValues + "  resources: {limits: null}\n", ""}, // helm merges maps: null drops the default limit
+		} {
+			objs, err := render(t, c.values)
+			if err != nil {
+				t.Fatalf("values %q: %v", c.values, err)
+			}
+			ctr := typed[appsv1.Deployment](t, find(objs, "Deployment", "fleetrepair-controller")).Spec.Template.Spec.Containers[0]
+			var ref string
+			for _, e := range ctr.Env {
+				if e.Name == "GOMEMLIMIT" && e.ValueFrom != nil && e.ValueFrom.ResourceFieldRef != nil {
+					ref = e.ValueFrom.ResourceFieldRef.ContainerName + "/" + e.ValueFrom.ResourceFieldRef.Resource
+				}
+			}
+			got := ctr.Resources.Limits.Memory().String()
+			switch {
+			case c.limit == "" && ref != "":
+				t.Errorf("values %q: GOMEMLIMIT from %s without a memory limit", c.values, ref)
+			case c.limit != "" && (ref != ctr.Name+"/limits.memory" || got != c.limit):
+				t.Errorf("values %q: GOMEMLIMIT from %q, limit %s; want %s/limits.memory and %s", c.values, ref, got, ctr.Name, c.limit)
+			}
+		}
+	})
+
 	// helm --set types only integers and booleans: 0.2 arrives as the
 	// string "0.2" and an all-digit image tag as a number. The schema takes
 	// what --set produces for every numeric and tag value, and still
