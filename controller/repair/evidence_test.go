@@ -108,21 +108,7 @@ CREATE TRIGGER refuse_bad_node BEFORE INSERT ON repairs FOR EACH ROW WHEN (NEW.n
 		t.Fatal(err)
 	}
 	names := []string{"n1", "n2", "n3", "n-bad", "n4", "n5"}
-	var specs []karpentersim.NodeSpec
-	for _, n := range names {
-		specs = append(specs, karpentersim.NodeSpec{Name: n, NodePool: "gpu", Zone: "z1", InstanceType: "p5.48xlarge", GPUs: 8})
-	}
-	k, sim := fakeFleet(t, specs)
-	eng, _ := diagnose.New(diagnose.Options{})
-	clk := newClock()
-	rec, err := repair.New(repair.Config{Store: st, Engine: eng, Clusters: map[string]*kube.Cluster{"c1": k}, Now: clk.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &env{st: st, k: k, sim: sim, rec: rec, clock: clk}
-	for _, n := range names {
-		e.ingest(t, n, xid79())
-	}
+	rec := xid79Fleet(t, st, names).rec
 
 	_, errs := evidenceInGroup(t, rec, names[:2], names[2:])
 	if errs["n-bad"] == nil {
@@ -243,22 +229,8 @@ func TestEvidenceGroupBreakerHolds(t *testing.T) {
 func TestEvidenceGroupSameNodeTwice(t *testing.T) {
 	ctx := context.Background()
 	names := []string{"n1", "n2", "n3", "n4"}
-	var specs []karpentersim.NodeSpec
-	for _, n := range names {
-		specs = append(specs, karpentersim.NodeSpec{Name: n, NodePool: "gpu", Zone: "z1", InstanceType: "p5.48xlarge", GPUs: 8})
-	}
 	st := pgtest.Store(t)
-	k, sim := fakeFleet(t, specs)
-	eng, _ := diagnose.New(diagnose.Options{})
-	clk := newClock()
-	rec, err := repair.New(repair.Config{Store: st, Engine: eng, Clusters: map[string]*kube.Cluster{"c1": k}, Now: clk.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &env{st: st, k: k, sim: sim, rec: rec, clock: clk}
-	for _, n := range names {
-		e.ingest(t, n, xid79())
-	}
+	rec := xid79Fleet(t, st, names).rec
 	_, errs := evidenceInGroup(t, rec, names[:2], []string{"n3", "n3", "n4"})
 	for n, err := range errs {
 		if err != nil {
@@ -274,4 +246,27 @@ func TestEvidenceGroupSameNodeTwice(t *testing.T) {
 			t.Fatalf("%s: %d repairs, want exactly one", n, len(rs))
 		}
 	}
+}
+
+// xid79Fleet is a one-zone fleet of the named nodes on the client fakes, a
+// reconciler over it on st, and an Xid 79 ingested from every node (not
+// yet reconciled).
+func xid79Fleet(t *testing.T, st *store.Store, names []string) *env {
+	t.Helper()
+	var specs []karpentersim.NodeSpec
+	for _, n := range names {
+		specs = append(specs, karpentersim.NodeSpec{Name: n, NodePool: "gpu", Zone: "z1", InstanceType: "p5.48xlarge", GPUs: 8})
+	}
+	k, sim := fakeFleet(t, specs)
+	eng, _ := diagnose.New(diagnose.Options{})
+	clk := newClock()
+	rec, err := repair.New(repair.Config{Store: st, Engine: eng, Clusters: map[string]*kube.Cluster{"c1": k}, Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{st: st, k: k, sim: sim, rec: rec, clock: clk}
+	for _, n := range names {
+		e.ingest(t, n, xid79())
+	}
+	return e
 }
