@@ -106,9 +106,11 @@ type Config struct {
 	Resync                   time.Duration // controller --resync (10s, its default)
 	Workers                  int           // controller --workers (16, its default)
 	// DBPoolConns, when > 0, is pool_max_conns in the controllers'
-	// --database-url. 0 leaves pgxpool's default, max(4, CPUs): 4 on the
-	// 2-core machine, which deadlocks the controller when --workers
-	// deletion guards run at once (docs/scale.md, "Load harness").
+	// --database-url. 0 sets none: the controller's own pool size,
+	// store.DefaultMaxConns (32, controller/store/store.go). (pgxpool's
+	// default, max(4, CPUs), deadlocked the controller on 2 cores when
+	// --workers deletion guards ran at once: docs/scale.md, "Controller
+	// problems the harness found".)
 	DBPoolConns int
 	Replicas    int // controller replicas, 1 or 2 (2); 2 runs with --leader-elect
 	// KillLeader SIGKILLs the replica holding the cluster's Lease in the
@@ -140,7 +142,7 @@ type Config struct {
 func (c *Config) defaults() {
 	orDefault(&c.Nodes, 1000)
 	orDefault(&c.Clusters, 1)
-	orDefault(&c.FirstClusterNodes, min(10000, c.Nodes/2))
+	orDefault(&c.FirstClusterNodes, max(0, min(10000, c.Nodes/2)))
 	orDefault(&c.SmallAPIServerGOGC, 25)
 	orDefault(&c.ProfileFor, 20*time.Second)
 	orDefault(&c.Zones, 4)
@@ -164,7 +166,7 @@ func (c *Config) defaults() {
 	orDefault(&c.Drain, 3*time.Minute)
 	orDefault(&c.SelfEvery, 30*time.Second)
 	orDefault(&c.HeapProfileEvery, 5*time.Minute)
-	if c.Background == 0 {
+	if c.Background == 0 && c.Nodes > 0 { // negative Nodes are refused by validate
 		c.Background = float64(c.Nodes) / 100
 	}
 	if c.Logf == nil {
@@ -259,11 +261,10 @@ type replica struct {
 // Result.Failures.
 func Run(tb testing.TB, cfg Config) *Result {
 	tb.Helper()
-	cfg.defaults()
-	if cfg.Replicas < 1 || cfg.Replicas > 2 || cfg.Zones < 2 || (cfg.KillLeader && cfg.Replicas < 2) || cfg.Clusters < 1 ||
-		(cfg.Clusters > 1 && (cfg.FirstClusterNodes < 1 || cfg.Nodes-cfg.FirstClusterNodes < cfg.Clusters-1)) {
-		tb.Fatalf("load config: replicas %d (1 or 2), zones %d (>= 2), killLeader %v (needs 2 replicas), clusters %d with %d of %d nodes in the first (every cluster needs a node)",
-			cfg.Replicas, cfg.Zones, cfg.KillLeader, cfg.Clusters, cfg.FirstClusterNodes, cfg.Nodes)
+	// Every field is checked before anything starts: a bad one fails the
+	// run in well under a second, with nothing left to stop.
+	if err := checkConfig(&cfg); err != nil {
+		tb.Fatal(err)
 	}
 	h := &harness{tb: tb, cfg: cfg, res: &Result{Config: cfg}, st: newAgentStats(), prog: &progress{w: cfg.Progress}}
 	h.log = func(format string, args ...any) {

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/fleetrepair/fleetrepair/controller/store"
 )
 
 // WriteTable writes the run's figures as plain-text tables: one row per
@@ -20,7 +22,7 @@ func (r *Result) WriteTable(w io.Writer) error {
 	}
 	fmt.Fprintf(&b, "fleetrepair load: %d nodes in %d zones, %s, %d controller replica(s) (--workers %d, --toleration %s, --resync %s), heartbeat %s, background %.0f findings/s\n",
 		c.Nodes, c.Zones, clusters, c.Replicas, c.Workers, c.Toleration, c.Resync, c.Heartbeat, c.Background)
-	pool := "pgxpool default"
+	pool := fmt.Sprintf("the controller's default, %d connections (store.DefaultMaxConns)", store.DefaultMaxConns)
 	if c.DBPoolConns > 0 {
 		pool = fmt.Sprintf("pool_max_conns=%d", c.DBPoolConns)
 	}

@@ -1,0 +1,142 @@
+package load
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fleetrepair/fleetrepair/controller/config"
+)
+
+// defaultFlags are the -load.* flags' defaults.
+func defaultFlags() flagValues {
+	return flagValues{nodes: 1000, zones: 4, clusters: 1, replicas: 2, workers: config.DefaultWorkers, dbPool: 32,
+		steady: time.Minute, heartbeat: 30 * time.Second, toleration: 30 * time.Second, pgOutage: time.Minute, heapEvery: 5 * time.Minute}
+}
+
+func TestFlagDefaultsMatchTheFlags(t *testing.T) {
+	if got, want := currentFlags(), defaultFlags(); got != want {
+		t.Fatalf("flag defaults %+v, want %+v", got, want)
+	}
+	if *flagWorkers != config.DefaultWorkers {
+		t.Fatalf("-load.workers defaults to %d, the controller's --workers to %d", *flagWorkers, config.DefaultWorkers)
+	}
+}
+
+func TestFlagConfig(t *testing.T) {
+	cfg, err := flagConfig(defaultFlags(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Nodes != 1000 || cfg.Replicas != 2 || !cfg.KillLeader || cfg.Workers != config.DefaultWorkers || cfg.PGOutage != time.Minute || cfg.DBPoolConns != 32 {
+		t.Fatalf("config %+v", cfg)
+	}
+	for _, tc := range []struct {
+		name string
+		edit func(*flagValues)
+		want string // the whole message
+	}{
+		{"nodes 0", func(f *flagValues) { f.nodes = 0 }, "load config: nodes 0: want 1 or more"},
+		{"nodes negative", func(f *flagValues) { f.nodes = -5 }, "load config: nodes -5: want 1 to 1000000"},
+		{"replicas 3", func(f *flagValues) { f.replicas = 3 }, "load config: replicas 3: want 1 or 2"},
+		{"replicas 0", func(f *flagValues) { f.replicas = 0 }, "load config: replicas 0: want 1 or 2"},
+		{"workers 0", func(f *flagValues) { f.workers = 0 }, "load config: workers 0: want 1 or more"},
+		{"workers negative", func(f *flagValues) { f.workers = -1 }, "load config: workers -1: want 1 or more"},
+		{"steady 0", func(f *flagValues) { f.steady = 0 }, "load config: steady 0s: want more than 0"},
+		{"heartbeat negative", func(f *flagValues) { f.heartbeat = -time.Second }, "load config: heartbeat -1s: want more than 0"},
+		{"toleration 0", func(f *flagValues) { f.toleration = 0 }, "load config: toleration 0s: want more than 0"},
+		{"zones 1", func(f *flagValues) { f.zones = 1 }, "load config: zones 1: want 2 to 26"},
+		{"zones 27", func(f *flagValues) { f.zones = 27 }, "load config: zones 27: want 2 to 26"},
+		{"clusters 0", func(f *flagValues) { f.clusters = 0 }, "load config: clusters 0: want 1 or more"},
+		{"clusters over the cap", func(f *flagValues) { f.clusters = 101 }, "load config: clusters 101: want 1 to 100"},
+		{"db-pool negative", func(f *flagValues) { f.dbPool = -1 }, "load config: db-pool -1: want 0 (the controller's default) or more"},
+		{"heap-every negative", func(f *flagValues) { f.heapEvery = -time.Second }, "load config: heap-every -1s: want 0 (never) or more"},
+		{"first cluster without clusters", func(f *flagValues) { f.firstNodes = 10 },
+			"load config: first-cluster-nodes 10 with clusters 1: only the fleet scenario (clusters > 1) has a first cluster"},
+		{"too few nodes for the wave", func(f *flagValues) { f.nodes = 3 },
+			"load config: nodes 3: too few for the wave (a failing node in the wave zone and a lone one outside it)"},
+		{"too many nodes in one cluster", func(f *flagValues) { f.nodes = 200_000 },
+			"load config: nodes 200000 in 1 cluster: want at most 100000 per cluster"},
+		{"a cluster without a node", func(f *flagValues) { f.clusters, f.nodes, f.replicas, f.firstNodes = 3, 10, 1, 9 },
+			"load config: first-cluster-nodes 9 of 10 nodes: want 1 to 8, leaving a node for each of the 2 other clusters"},
+		{"two bad values", func(f *flagValues) { f.replicas, f.zones = 3, 1 }, "load config: zones 1: want 2 to 26; replicas 3: want 1 or 2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := defaultFlags()
+			tc.edit(&f)
+			_, err := flagConfig(f, nil)
+			if err == nil || err.Error() != tc.want {
+				t.Fatalf("error %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestFlagConfigZeroMeansNone(t *testing.T) {
+	f := defaultFlags()
+	f.pgOutage, f.heapEvery, f.dbPool = 0, 0, 0
+	cfg, err := flagConfig(f, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.PGOutage >= 0 || cfg.HeapProfileDir != "" || cfg.DBPoolConns != 0 {
+		t.Fatalf("pg-outage 0 gave PGOutage %s, heap-every 0 gave folder %q, db-pool 0 gave %d", cfg.PGOutage, cfg.HeapProfileDir, cfg.DBPoolConns)
+	}
+	f.pgOutage = -time.Second // docs/scale.md's LOAD_PG_OUTAGE=-1s
+	if cfg, err = flagConfig(f, nil); err != nil || cfg.PGOutage >= 0 {
+		t.Fatalf("pg-outage -1s: PGOutage %s, error %v", cfg.PGOutage, err)
+	}
+}
+
+func TestFlagConfigFleet(t *testing.T) {
+	f := defaultFlags()
+	f.clusters, f.replicas, f.nodes = 3, 1, 600
+	cfg, err := flagConfig(f, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.KillLeader || cfg.FirstClusterNodes != 300 {
+		t.Fatalf("fleet config: killLeader %v, first cluster %d nodes", cfg.KillLeader, cfg.FirstClusterNodes)
+	}
+	f.nodes = 300_000 // 10,000 in the first, 145,000 in each of the other two
+	if _, err := flagConfig(f, nil); err == nil || !strings.Contains(err.Error(), "145000 in each after the first, want at most 100000 per cluster") {
+		t.Fatalf("300,000 nodes in 3 clusters: %v", err)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	ok := Config{Nodes: 200}
+	ok.defaults()
+	if err := ok.validate(); err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+	for _, tc := range []struct {
+		edit func(*Config)
+		want string
+	}{
+		{func(c *Config) { c.KillLeader, c.Replicas = true, 1 }, "load config: killLeader with replicas 1: needs 2 replicas"},
+		{func(c *Config) { c.WaveSpread = -time.Second }, "load config: waveSpread -1s: want more than 0"},
+		{func(c *Config) { c.WaveShare = 1.5 }, "load config: waveShare 1.5: want more than 0, at most 1"},
+		{func(c *Config) { c.CreateWorkers = -2 }, "load config: createWorkers -2: want 1 or more"},
+	} {
+		c := ok
+		tc.edit(&c)
+		if err := c.validate(); err == nil || err.Error() != tc.want {
+			t.Errorf("error %v, want %q", err, tc.want)
+		}
+	}
+}
+
+func TestCheckMemory(t *testing.T) {
+	if err := checkMemory(50, 13<<30); err != nil {
+		t.Fatalf("50 clusters in 13 GiB: %v", err)
+	}
+	err := checkMemory(50, 8<<30)
+	want := "load config: clusters 50: need about 12500 MiB for their API servers and etcds (250 MiB each), the machine has 8192 MiB available"
+	if err == nil || err.Error() != want {
+		t.Fatalf("50 clusters in 8 GiB: %v, want %q", err, want)
+	}
+	if _, err := memAvailable(); err != nil {
+		t.Fatal(err)
+	}
+}
