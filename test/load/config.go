@@ -4,10 +4,16 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
+
+	"github.com/go-logr/logr"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 )
 
 // Bounds of a run, checked before anything starts (Config.validate).
@@ -166,4 +172,24 @@ func checkConfig(cfg *Config) error {
 		return fmt.Errorf("load config: %w", err)
 	}
 	return checkMemory(cfg.Clusters, avail)
+}
+
+var setLoggerOnce sync.Once
+
+// setControllerRuntimeLogger gives controller-runtime, which the harness
+// uses through test/envtest and its clients, a logger: its errors (an API
+// server that did not start, with envtest's retries) to stderr, the rest
+// dropped. Without one, controller-runtime prints "log.SetLogger(...) was
+// never called" with a goroutine stack 30 s into the run, which reads as a
+// crash (sigs.k8s.io/controller-runtime pkg/log, eventuallyFulfillRoot).
+func setControllerRuntimeLogger() {
+	setLoggerOnce.Do(func() {
+		ctrllog.SetLogger(errorLogger(os.Stderr))
+	})
+}
+
+// errorLogger is a logr.Logger that writes errors to w as slog text lines
+// and drops everything else.
+func errorLogger(w io.Writer) logr.Logger {
+	return logr.FromSlogHandler(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelError}))
 }

@@ -1,6 +1,7 @@
 package load
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -138,5 +139,59 @@ func TestCheckMemory(t *testing.T) {
 	}
 	if _, err := memAvailable(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestErrorLogger(t *testing.T) {
+	var b strings.Builder
+	l := errorLogger(&b)
+	l.Info("routine", "k", 1)
+	l.V(1).Info("debug")
+	if b.Len() != 0 {
+		t.Fatalf("info lines written: %q", b.String())
+	}
+	l.Error(errors.New("timeout waiting for process kube-apiserver to start"), "unable to start the controlplane", "tries", 1)
+	if got := b.String(); !strings.Contains(got, "unable to start the controlplane") || !strings.Contains(got, "kube-apiserver to start") {
+		t.Fatalf("error line %q", got)
+	}
+}
+
+func TestParseLoadAvg(t *testing.T) {
+	v, err := parseLoadAvg([]byte("32.24 47.88 37.20 24/1101 15837\n"))
+	if err != nil || v != 32.24 {
+		t.Fatalf("parseLoadAvg: %v, %v", v, err)
+	}
+	if _, err := parseLoadAvg([]byte("")); err == nil {
+		t.Fatal("parseLoadAvg of an empty file: no error")
+	}
+	if _, err := loadAverage(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRelativeTo(t *testing.T) {
+	if got := relativeTo(-2604*time.Millisecond, "the last one was acknowledged"); got != "2.604s before the last one was acknowledged" {
+		t.Fatalf("negative: %q", got)
+	}
+	if got := relativeTo(1222*time.Millisecond, "the last one was acknowledged"); got != "1.222s after the last one was acknowledged" {
+		t.Fatalf("positive: %q", got)
+	}
+}
+
+func TestWriteTable(t *testing.T) {
+	r := &Result{Config: Config{Nodes: 1000, Zones: 4, Clusters: 1, Replicas: 2, Workers: 16},
+		Phases:     []Phase{{Name: "steady", Duration: time.Minute, Accepted: 600, LoadStart: 1.5, LoadEnd: 2.25}},
+		WaveCohort: "zone=zone-a", TripAfter: 1222 * time.Millisecond, TripLast: -2604 * time.Millisecond}
+	var b strings.Builder
+	if err := r.WriteTable(&b); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{"load avg start/end", "1.5/2.2", "tripped 1.222s after the first failing report, 2.604s before the last one was acknowledged",
+		"no answer: POSTs that got no HTTP answer", "ctrl cores: CPU of every controller replica together", "ctrl RSS: the largest RSS of one replica",
+		"the controller's default, 32 connections"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
 	}
 }

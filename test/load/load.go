@@ -189,6 +189,10 @@ type Phase struct {
 	HarnessRSS                                                   int64         // largest RSS of this process, sampled every second, bytes
 	APIRequests                                                  float64       // apiserver_request_total delta, the harness's own taken out
 	APIByVerb                                                    map[string]float64
+	// LoadStart and LoadEnd are the machine's 1-minute load average
+	// (/proc/loadavg) when the phase started and ended: everything on the
+	// machine, other runs included, competes for the same CPUs.
+	LoadStart, LoadEnd float64
 }
 
 // Rate is accepted reports per second.
@@ -266,6 +270,7 @@ func Run(tb testing.TB, cfg Config) *Result {
 	if err := checkConfig(&cfg); err != nil {
 		tb.Fatal(err)
 	}
+	setControllerRuntimeLogger()
 	h := &harness{tb: tb, cfg: cfg, res: &Result{Config: cfg}, st: newAgentStats(), prog: &progress{w: cfg.Progress}}
 	h.log = func(format string, args ...any) {
 		cfg.Logf(format, args...)
@@ -734,9 +739,11 @@ func (h *harness) phase(ctx context.Context, name string, fn func()) {
 		r.rss.Store(0)
 	}
 	h.selfRSS.Store(0)
+	load0, _ := loadAverage()
 	start := time.Now()
 	fn()
-	p := Phase{Name: name, Duration: time.Since(start)}
+	p := Phase{Name: name, Duration: time.Since(start), LoadStart: load0}
+	p.LoadEnd, _ = loadAverage()
 	secs := p.Duration.Seconds()
 	c := h.st.counts().sub(c0)
 	p.Accepted, p.TooMany, p.ServerErrors, p.ClientErrors, p.NetworkErrors = c.ok, c.tooMany, c.server, c.client, c.network
