@@ -2,7 +2,10 @@ package load
 
 import (
 	"errors"
+	"fmt"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -82,6 +85,10 @@ func TestFlagConfigZeroMeansNone(t *testing.T) {
 	}
 	if cfg.PGOutage >= 0 || cfg.HeapProfileDir != "" || cfg.DBPoolConns != 0 {
 		t.Fatalf("pg-outage 0 gave PGOutage %s, heap-every 0 gave folder %q, db-pool 0 gave %d", cfg.PGOutage, cfg.HeapProfileDir, cfg.DBPoolConns)
+	}
+	f.nodes = 7 // the fewest the wave runs with (docs/scale.md, "Commands")
+	if _, err := flagConfig(f, nil); err != nil {
+		t.Fatalf("7 nodes: %v", err)
 	}
 	f.pgOutage = -time.Second // docs/scale.md's LOAD_PG_OUTAGE=-1s
 	if cfg, err = flagConfig(f, nil); err != nil || cfg.PGOutage >= 0 {
@@ -193,5 +200,38 @@ func TestWriteTable(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+func TestStopOnSignal(t *testing.T) {
+	var stops stopList
+	var order []string
+	stops.add(func() { order = append(order, "postgres") })
+	stops.add(func() { order = append(order, "api server") })
+	stops.add(func() { order = append(order, "controller") })
+	exited := make(chan int, 1)
+	var logged []string
+	cancel := stopOnSignal(&stops, func(f string, a ...any) { logged = append(logged, fmt.Sprintf(f, a...)) }, func(code int) { exited <- code })
+	defer cancel()
+	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case code := <-exited:
+		if code != 128+int(syscall.SIGTERM) {
+			t.Errorf("exit code %d, want %d", code, 128+int(syscall.SIGTERM))
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("no exit within a minute of SIGTERM")
+	}
+	if got := strings.Join(order, ", "); got != "controller, api server, postgres" {
+		t.Errorf("stopped %s, want the controller, the API server, then PostgreSQL", got)
+	}
+	if len(logged) != 1 || !strings.Contains(logged[0], "received terminated") {
+		t.Errorf("logged %q", logged)
+	}
+	stops.run() // the test's cleanups find nothing left to run twice
+	if len(order) != 3 {
+		t.Errorf("stop functions ran again: %v", order)
 	}
 }

@@ -278,6 +278,7 @@ func Run(tb testing.TB, cfg Config) *Result {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	tb.Cleanup(cancel)
+	tb.Cleanup(stopOnSignal(&h.stops, h.log, os.Exit))
 	go h.watchSelf(ctx)
 	begin := time.Now()
 	h.setup(ctx)
@@ -309,6 +310,8 @@ type harness struct {
 	// last phase start (watchSelf).
 	prog    *progress
 	selfRSS atomic.Int64
+	// stops is what setup started, stopped on SIGINT or SIGTERM.
+	stops stopList
 
 	pg        *pgtemp.Server
 	pgCPU     float64 // CPU seconds of earlier postmasters (before a Halt)
@@ -355,7 +358,9 @@ func (h *harness) setup(ctx context.Context) {
 	}
 	h.pg = pg
 	h.tb.Cleanup(func() { _ = pg.Stop() })
+	h.stops.add(func() { _ = pg.Stop() })
 	h.env = envtest.Start(h.tb, envtest.Options{})
+	h.stops.add(func() { _ = h.env.Stop() })
 	if h.kc, h.cs, err = h.clients(h.env); err != nil {
 		h.fatal("%v", err)
 	}
@@ -517,7 +522,7 @@ func (h *harness) startReplica(ctx context.Context, bin string, i int) *replica 
 	}
 	r := &replica{name: name, url: &url.URL{Scheme: "http", Host: "127.0.0.1:" + strconv.Itoa(port)}, cmd: cmd, done: make(chan struct{})}
 	go func() { _ = cmd.Wait(); logf.Close(); close(r.done) }()
-	h.tb.Cleanup(func() {
+	stop := func() {
 		if !r.dead.Load() {
 			_ = cmd.Process.Signal(syscall.SIGTERM)
 			select {
@@ -527,6 +532,10 @@ func (h *harness) startReplica(ctx context.Context, bin string, i int) *replica 
 				<-r.done
 			}
 		}
+	}
+	h.stops.add(stop)
+	h.tb.Cleanup(func() {
+		stop()
 		if h.tb.Failed() {
 			b, _ := os.ReadFile(logPath)
 			if len(b) > 4000 {
