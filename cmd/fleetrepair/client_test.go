@@ -74,7 +74,7 @@ func newFleet(t *testing.T) *fleet {
 	}
 	for i, name := range []string{"z1-0", "z1-1", "z1-2", "z1-3", "z1-4", "z1-5", "z1-6", "z2-0", "z2-1"} {
 		zone := name[:2]
-		if _, err := st.UpsertNodeMeta(ctx, store.Node{Cluster: "c1", Name: name, NodePool: "gpu", Zone: zone}, opened); err != nil {
+		if _, err := st.ReadNode(ctx, store.Node{Cluster: "c1", Name: name, NodePool: "gpu", Zone: zone}, 1, opened); err != nil {
 			t.Fatal(err)
 		}
 		fid := "f-" + name

@@ -75,6 +75,9 @@ stops the controller with an error naming the variable.`,
 			}
 			o.Config = &cfg
 			o.NoFindingCompaction = !findingCompaction
+			if err := checkRetention(o.FindingRetention, cfg.Repair.Lookback); err != nil {
+				return err
+			}
 			if kubeQPS <= 0 || kubeBurst <= 0 {
 				return fmt.Errorf("--kube-api-qps and --kube-api-burst must be > 0 (got %g, %d)", kubeQPS, kubeBurst)
 			}
@@ -188,7 +191,7 @@ stops the controller with an error naming the variable.`,
 	f.IntVar(&flagCfg.Budgets.NodePoolDeletionsPerHour, "nodepool-deletions-per-hour", flagCfg.Budgets.NodePoolDeletionsPerHour, "NodeClaim deletions each NodePool may start per sliding hour (config budgets.nodePoolDeletionsPerHour)")
 	f.IntVar(&flagCfg.Budgets.MaxInFlightPerNodePool, "max-in-flight-per-nodepool", flagCfg.Budgets.MaxInFlightPerNodePool, "NodeClaim deletions in progress at once per NodePool (config budgets.maxInFlightPerNodePool)")
 	f.StringVar(&operatorsFile, "operators-file", "", "YAML list of operators {name, role: viewer|approver|admin|reporter, tokenSHA256}: who may read, approve/reject repairs, resume breakers, send job reports (README, \"Who may do what\")")
-	f.BoolVar(&leaderElect, "leader-elect", false, "per-cluster leader election (Lease fleetrepair-controller) for background loops; run with it on when there is more than one replica")
+	f.BoolVar(&leaderElect, "leader-elect", false, "per-cluster leader election (Lease fleetrepair-controller): each cluster is reconciled by the replica holding its Lease, the others forward its ingest triggers; run with it on when there is more than one replica")
 	f.StringVar(&leNamespace, "leader-elect-namespace", "", "namespace of the Lease in every cluster (env POD_NAMESPACE)")
 	f.StringVar(&leIdentity, "leader-elect-identity", "", "this replica's identity (env POD_NAME; default the host name)")
 	f.StringVar(&agentAuth, "agent-auth", "tokenreview", "how agents authenticate: tokenreview (projected ServiceAccount tokens, validated against the agent's cluster), static (one shared token, demo/dev), none (insecure)")
@@ -411,4 +414,19 @@ func newMigrateCmd() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&dsn, "database-url", envOr("DATABASE_URL", ""), "PostgreSQL connection string (env DATABASE_URL)")
 	return cmd
+}
+
+// checkRetention refuses a --finding-retention the history cannot live
+// with: negative, or shorter than repair.lookback (lookback), the history
+// of earlier boots a diagnosis reads (a fault that returns after its
+// remedy escalates only if its first occurrence is still stored). 0 keeps
+// every finding.
+func checkRetention(retention, lookback time.Duration) error {
+	switch {
+	case retention < 0:
+		return fmt.Errorf("--finding-retention %s: must be 0 (keep every finding) or positive", retention)
+	case retention > 0 && retention < lookback:
+		return fmt.Errorf("--finding-retention %s: must be at least repair.lookback (%s), the history a diagnosis reads; 0 keeps every finding", retention, lookback)
+	}
+	return nil
 }

@@ -224,3 +224,28 @@ func TestConfigPrecedence(t *testing.T) {
 		t.Errorf("--resync 0s over the file: %v, want refused", err)
 	}
 }
+
+// TestCheckRetention: a retention the diagnosis history cannot live with is
+// refused at start, naming the flag; 0 and anything from the lookback on
+// are accepted.
+func TestCheckRetention(t *testing.T) {
+	t.Parallel()
+	week := 7 * 24 * time.Hour
+	for _, tc := range []struct {
+		retention time.Duration
+		wantErr   string
+	}{
+		{0, ""}, {week, ""}, {30 * 24 * time.Hour, ""},
+		{-5 * time.Hour, "must be 0 (keep every finding) or positive"},
+		{time.Second, "must be at least repair.lookback (168h0m0s)"},
+		{week - time.Hour, "must be at least repair.lookback"},
+	} {
+		err := checkRetention(tc.retention, week)
+		switch {
+		case tc.wantErr == "" && err != nil:
+			t.Errorf("checkRetention(%s) = %v, want nil", tc.retention, err)
+		case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr) || !strings.Contains(err.Error(), "--finding-retention")):
+			t.Errorf("checkRetention(%s) = %v, want an error naming --finding-retention and %q", tc.retention, err, tc.wantErr)
+		}
+	}
+}

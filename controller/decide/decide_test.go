@@ -141,8 +141,12 @@ func TestDeletion(t *testing.T) {
 		text string
 	}{
 		{"a lone failure passes", decide.Guards{Budget: room, Breakers: true, State: st, Node: free, MaxBreakerAge: time.Minute}, t0, nil, ""},
-		{"budget first, even behind a breaker", decide.Guards{Budget: room, Counts: decide.Counts{Cluster: "c1", DeletionsLastHour: 10},
-			Breakers: true, State: st, Node: held}, t0, decide.ErrBudgetExceeded, "cluster c1: 10 deletions"},
+		{"the breaker before the budget: a held repair goes to on-call with its budget spent", decide.Guards{Budget: room,
+			Counts: decide.Counts{Cluster: "c1", DeletionsLastHour: 10}, Breakers: true, State: st, Node: held}, t0, decide.ErrHeldByBreaker, "zone=z1"},
+		{"the budget holds a repair the breaker allows", decide.Guards{Budget: room, Counts: decide.Counts{Cluster: "c1", DeletionsLastHour: 10},
+			Breakers: true, State: st, Node: free}, t0, decide.ErrBudgetExceeded, "cluster c1: 10 deletions"},
+		{"the budget holds an approved repair", decide.Guards{Budget: room, Counts: decide.Counts{Cluster: "c1", DeletionsLastHour: 10},
+			Breakers: true, State: st, Node: held, HumanApproved: true}, t0, decide.ErrBudgetExceeded, "cluster c1: 10 deletions"},
 		{"the breaker holds its cohort", decide.Guards{Budget: room, Breakers: true, State: st, Node: held, MaxBreakerAge: time.Minute},
 			t0, decide.ErrHeldByBreaker, "zone=z1"},
 		{"a human approval overrides the breaker", decide.Guards{Budget: room, Breakers: true, State: st, Node: held, HumanApproved: true}, t0, nil, ""},
@@ -167,8 +171,8 @@ func TestDeletion(t *testing.T) {
 			Disruption: decide.Disruption{OptOut: "NodePool gpu", DoNotDisrupt: "Node n1"}}, t0, decide.ErrOptedOut, "NodePool gpu: opted out"},
 		{"the kill switch before the owners", decide.Guards{Budget: room, State: killed, Node: free,
 			Disruption: decide.Disruption{OptOut: "Node n1"}}, t0, decide.ErrKillSwitch, "kill switch"},
-		{"the budget before the owners", decide.Guards{Budget: room, Counts: decide.Counts{Cluster: "c1", DeletionsLastHour: 10}, Node: free,
-			Disruption: decide.Disruption{OptOut: "Node n1"}}, t0, decide.ErrBudgetExceeded, "budget 10 per hour"},
+		{"the owners before the budget", decide.Guards{Budget: room, Counts: decide.Counts{Cluster: "c1", DeletionsLastHour: 10}, Node: free,
+			Disruption: decide.Disruption{OptOut: "Node n1"}}, t0, decide.ErrOptedOut, "Node n1"},
 		{"the owners before the breaker: no approval asked for what waits on them", decide.Guards{Budget: room, Breakers: true, State: st, Node: held,
 			MaxBreakerAge: time.Minute, Disruption: decide.Disruption{DoNotDisrupt: "NodeClaim nc-1"}}, t0, decide.ErrDoNotDisrupt, "NodeClaim nc-1"},
 	} {
@@ -418,5 +422,48 @@ func TestRetarget(t *testing.T) {
 		if got := decide.Retarget(tt.state, tt.reason, tt.head); got != tt.want {
 			t.Errorf("Retarget(%s, %s, %s/%s) = %v, want %v", tt.state, tt.reason, tt.head.Severity, tt.head.Reason, got, tt.want)
 		}
+	}
+}
+
+// TestBreakerHolds: the pre-check is true only where Deletion refuses
+// whatever the owners' word and the healthy count are.
+func TestBreakerHolds(t *testing.T) {
+	t.Parallel()
+	st, held, free := openZone(t)
+	killed := st
+	killed.KillSwitch = breaker.KillSwitch{On: true, Actor: "user:otto", Since: t0}
+	room := decide.Budget{DeletionsPerHour: 10, MaxInFlightPerNodePool: 1, NodePoolDeletionsPerHour: 5, MinHealthy: 3}
+	for _, tt := range []struct {
+		name string
+		g    decide.Guards
+		now  time.Time
+		want bool
+	}{
+		{"held by the zone breaker", decide.Guards{Budget: room, Breakers: true, State: st, Node: held, MaxBreakerAge: time.Minute}, t0, true},
+		{"another zone", decide.Guards{Budget: room, Breakers: true, State: st, Node: free, MaxBreakerAge: time.Minute}, t0, false},
+		{"human approved", decide.Guards{Budget: room, Breakers: true, State: st, Node: held, HumanApproved: true, MaxBreakerAge: time.Minute}, t0, false},
+		{"stale state", decide.Guards{Budget: room, Breakers: true, State: st, Node: held, MaxBreakerAge: time.Minute}, t0.Add(2 * time.Minute), false},
+		{"breakers off", decide.Guards{Budget: room, State: st, Node: held, MaxBreakerAge: time.Minute}, t0, false},
+		{"kill switch: decided without the pre-check", decide.Guards{Budget: room, Breakers: true, State: killed, Node: held, MaxBreakerAge: time.Minute}, t0, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if got := decide.BreakerHolds(tt.g, tt.now); got != tt.want {
+				t.Fatalf("BreakerHolds = %t, want %t", got, tt.want)
+			}
+			if !tt.want {
+				return
+			}
+			// Held: no owners' word and no healthy count let it through.
+			for _, owners := range []decide.Disruption{{}, {OptOut: "Node n1"}, {DoNotDisrupt: "Pod ml/a"}} {
+				for _, healthy := range []int{0, 100} {
+					g := tt.g
+					g.Disruption, g.Counts.Healthy = owners, healthy
+					if err := decide.Deletion(g, tt.now); err == nil {
+						t.Fatalf("Deletion allowed a node BreakerHolds holds (owners %+v, healthy %d)", owners, healthy)
+					}
+				}
+			}
+		})
 	}
 }

@@ -146,18 +146,20 @@ type Guards struct {
 	Disruption Disruption
 }
 
-// Deletion runs the deletion guards on g at now, in order: the budgets
-// (Budget.Allows: a *BudgetError), the kill switch (ErrKillSwitch), the
-// owners' opt-out (ErrOptedOut) and do-not-disrupt (ErrDoNotDisrupt), then
-// unless a human approved the repair and when breakers are on, the
-// freshness of the breaker state (ErrBreakerStale) and breaker.Allows
-// (ErrHeldByBreaker, naming the cohort and its numbers), and last the
+// Deletion runs the deletion guards on g at now, in order: the kill switch
+// (ErrKillSwitch), the owners' opt-out (ErrOptedOut) and do-not-disrupt
+// (ErrDoNotDisrupt), then unless a human approved the repair and when
+// breakers are on, the freshness of the breaker state (ErrBreakerStale)
+// and breaker.Allows (ErrHeldByBreaker, naming the cohort and its
+// numbers), then the budgets (Budget.Allows: a *BudgetError), and last the
 // NodePool's minimum healthy count (a *BudgetError that is ErrMinHealthy).
-// nil means the NodeClaim may be deleted now. Errors wrap the sentinels.
+// The breakers come before the budgets and the minimum healthy count so
+// that every repair a breaker holds goes to on-call at once: in a zone
+// wave the approval queue shows the whole cohort, not only the repairs
+// that found budget left (docs/design.md "The breakers before the
+// budgets"). nil means the NodeClaim may be deleted now. Errors wrap the
+// sentinels.
 func Deletion(g Guards, now time.Time) error {
-	if ex := g.Budget.Allows(g.Counts); ex != nil {
-		return &BudgetError{*ex}
-	}
 	if ks := g.State.KillSwitch; ks.On {
 		return fmt.Errorf("kill switch on since %s by %s (%s): %w", ks.Since.Format(time.RFC3339), ks.Actor, ks.Reason, ErrKillSwitch)
 	}
@@ -172,10 +174,31 @@ func Deletion(g Guards, now time.Time) error {
 			return fmt.Errorf("%s: %w", why, ErrHeldByBreaker)
 		}
 	}
+	if ex := g.Budget.Allows(g.Counts); ex != nil {
+		return &BudgetError{*ex}
+	}
 	if ex := g.Budget.AllowsHealthy(g.Counts); ex != nil {
 		return &BudgetError{*ex}
 	}
 	return nil
+}
+
+// BreakerHolds reports whether the breakers hold g.Node's deletion on
+// g.State at now, whatever g.Disruption and g.Counts.Healthy say: breakers
+// on, no human approval, the kill switch off, the state fresh (Fresh) and
+// breaker.Allows refusing the node. Deletion on such g never returns nil
+// (an owner's hold or ErrHeldByBreaker), so a caller that knows
+// this may decide on the owners' word it has recorded instead of reading
+// it again (the live guard in a zone wave: no Pod list and NodePool read
+// per held repair; the shadow report always decides on the recorded word).
+// It only ever tells a caller it may skip reads for a refusal; nothing may
+// be allowed on it.
+func BreakerHolds(g Guards, now time.Time) bool {
+	if !g.Breakers || g.HumanApproved || g.State.KillSwitch.On || Fresh(g.State, g.MaxBreakerAge, now) != nil {
+		return false
+	}
+	ok, _ := breaker.Allows(g.State, g.Node)
+	return !ok
 }
 
 // Fresh returns an ErrBreakerStale error unless st was evaluated within

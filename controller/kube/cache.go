@@ -260,6 +260,16 @@ func (k *Cluster) Probe(ctx context.Context) error {
 	return k.synced()
 }
 
+// WaitSynced blocks until a cached cluster's informers completed their
+// first list (true; Run must be running or be started) or ctx ends (false).
+// It returns true at once for an uncached cluster.
+func (k *Cluster) WaitSynced(ctx context.Context) bool {
+	if k.cached == nil {
+		return true
+	}
+	return k.cached.cache.WaitForCacheSync(ctx)
+}
+
 // synced returns ErrNotSynced until every informer completed its first list.
 func (k *Cluster) synced() error {
 	if k.cached == nil || k.cached.nodes.HasSynced() && k.cached.claims.HasSynced() {

@@ -5,8 +5,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/fleetrepair/fleetrepair/agent/finding"
 	"github.com/fleetrepair/fleetrepair/controller/breaker"
@@ -173,6 +179,12 @@ func TestKillSwitchStopsApprovedRepairs(t *testing.T) {
 // reconciler's configuration (Store, Engine, Clusters, Breaker and Now are
 // set here).
 func zoneFleet(t *testing.T, cfg repair.Config) (e *env, z1, z2 []string) {
+	return zoneFleetIntercepted(t, cfg, nil)
+}
+
+// zoneFleetIntercepted is zoneFleet whose cluster's client calls go
+// through funcs (fakeFleetIntercepted).
+func zoneFleetIntercepted(t *testing.T, cfg repair.Config, funcs *interceptor.Funcs) (e *env, z1, z2 []string) {
 	t.Helper()
 	ctx := context.Background()
 	st := pgtest.Store(t)
@@ -187,7 +199,7 @@ func zoneFleet(t *testing.T, cfg repair.Config) (e *env, z1, z2 []string) {
 		}
 		nodes = append(nodes, karpentersim.NodeSpec{Name: name, NodePool: "gpu", Zone: zone, InstanceType: "p5.48xlarge", GPUs: 8})
 	}
-	k, sim := fakeFleet(t, nodes)
+	k, sim := fakeFleetIntercepted(t, nodes, funcs)
 	pol, err := breaker.NewPolicy(breaker.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -280,5 +292,88 @@ func TestLoneFailureNotBehindHeldWave(t *testing.T) {
 		if q := quarantined(n); q < l {
 			t.Errorf("held wave node %s quarantined (audit %d) before the lone failure %s (audit %d)", n, q, lone, l)
 		}
+	}
+}
+
+// TestHeldRepairsReadNoOwners: in a zone wave every wave repair reaches the
+// deletion guard while the zone breaker holds it. Those guards decide on
+// the owners' word as recorded and read nothing from the API server (no
+// Pod list, no NodePool read: kube.Disruption), and go to on-call exactly
+// as before; the lone failure elsewhere reads its owners and is deleted.
+// When the breaker state in the guard transaction no longer holds a node
+// that this replica's last evaluation held (a human resumed the breaker
+// since), every fact is read and the guards run again: the pre-check only
+// ever skips reads for a refusal.
+func TestHeldRepairsReadNoOwners(t *testing.T) {
+	ctx := context.Background()
+	var ownerReads atomic.Int32
+	funcs := &interceptor.Funcs{
+		List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			if _, ok := list.(*corev1.PodList); ok {
+				ownerReads.Add(1)
+			}
+			return c.List(ctx, list, opts...)
+		},
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if _, ok := obj.(*karpv1.NodePool); ok {
+				ownerReads.Add(1)
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+	}
+	e, z1, z2 := zoneFleetIntercepted(t, repair.Config{}, funcs)
+	st, rec, clk := e.st, e.rec, e.clock
+	for _, n := range append(append([]string(nil), z1[:7]...), z2[0]) {
+		e.ingest(t, n, xid79())
+		e.reconcile(t, n)
+	}
+	clk.Add(time.Minute)
+	if err := rec.EvaluateBreakers(ctx); err != nil { // zone=z1 trips
+		t.Fatal(err)
+	}
+	clk.Add(10 * time.Minute) // the tolerations are over
+	if err := rec.EvaluateBreakers(ctx); err != nil {
+		t.Fatal(err)
+	}
+	before := ownerReads.Load()
+	for _, n := range z1[:6] {
+		e.reconcile(t, n)
+		if r := e.open(t, n); r.State != ledger.AwaitingApproval || r.Detail["held_by"] != "breaker" {
+			t.Fatalf("%s: %s held_by=%v, want awaiting_approval held by the breaker", n, r.State, r.Detail["held_by"])
+		}
+	}
+	if got := ownerReads.Load() - before; got != 0 {
+		t.Fatalf("%d owner reads (Pod lists, NodePool reads) for 6 repairs the breaker holds, want 0", got)
+	}
+	e.reconcile(t, z2[0])
+	if r := e.open(t, z2[0]); r.State != ledger.Deleting || !e.nodeClaimDeleting(t, z2[0]+"-nc") {
+		t.Fatalf("lone z2 failure: %s, want deleting", r.State)
+	}
+	if got := ownerReads.Load() - before; got == 0 {
+		t.Fatal("the lone failure was deleted without reading its owners' word")
+	}
+
+	// On-call resumes zone=z1 in the store; this replica's last evaluation
+	// still holds z1[6], whose guard therefore starts without reads, finds
+	// the resumed state in its transaction and reads everything again.
+	doc, v, _ := st.BreakerState(ctx)
+	var bs breaker.State
+	_ = json.Unmarshal(doc, &bs)
+	bs, d, err := breaker.Resume(bs, "zone=z1", "user:oncall", "AZ recovered", clk.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	newDoc, _ := json.Marshal(bs)
+	if err := st.SaveBreakerState(ctx, newDoc, v, []store.BreakerDecision{{At: d.At, Scope: string(d.Scope), Cohort: d.Cohort,
+		From: string(d.From), To: string(d.To), Cause: string(d.Cause), Actor: d.Actor, Message: d.Message}}, clk.Now()); err != nil {
+		t.Fatal(err)
+	}
+	before = ownerReads.Load()
+	e.reconcile(t, z1[6])
+	if got := ownerReads.Load() - before; got == 0 {
+		t.Fatal("the guard decided on the resumed breaker without reading the owners' word")
+	}
+	if r := e.open(t, z1[6]); r.State != ledger.Deleting || !e.nodeClaimDeleting(t, z1[6]+"-nc") {
+		t.Fatalf("%s after the resume: %s held_by=%v, want deleting (the full guard allows it)", z1[6], r.State, r.Detail["held_by"])
 	}
 }

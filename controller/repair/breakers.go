@@ -278,15 +278,65 @@ func (r *Reconciler) deletionGuard(ctx context.Context, k *kube.Cluster, node he
 		if err != nil {
 			return err
 		}
-		return decide.Deletion(decide.Guards{
-			Budget: decide.Budget{DeletionsPerHour: b.DeletionsPerHour, MaxInFlightPerNodePool: b.MaxInFlightPerNodePool,
-				NodePoolDeletionsPerHour: b.NodePoolDeletionsPerHour, MinHealthy: minHealthy},
-			Counts: decide.Counts{Cluster: b.Cluster, NodePool: b.NodePool, DeletionsLastHour: b.DeletionsLastHour,
-				InFlight: b.InFlight, NodePoolDeletionsLastHour: b.NodePoolDeletionsLastHour, Healthy: healthy},
-			Breakers: r.cfg.Breaker != nil, State: st, Node: bn, HumanApproved: humanApproved, MaxBreakerAge: r.cfg.MaxBreakerAge,
-			Disruption: owners,
-		}, now)
+		return decide.Deletion(r.guards(b, st, bn, minHealthy, healthy, owners, humanApproved), now)
 	}, nil
+}
+
+// errGuardRecheck: the breaker state read in the guard transaction no
+// longer holds the node that heldGuard was built for; the guard is built
+// again from every fact (deletionGuard) and run again. Never a deletion.
+var errGuardRecheck = errors.New("the breakers no longer hold the node: guards read again")
+
+// heldGuard is the guard of a repair whose node the breakers already hold
+// on this replica's last evaluation (decide.BreakerHolds on
+// Reconciler.lastBreakers), or nil when they do not: then deletionGuard
+// is the guard. In a zone wave every wave repair whose toleration ends
+// reaches the guard while the zone breaker holds it; deletionGuard's
+// reads (the node's Pods and its NodePool from the API server, the
+// NodePool's Nodes for a minimum healthy count) would be made only to be
+// refused. heldGuard reads nothing: it decides (decide.Deletion) on the
+// owners' word as last recorded (store.Node's OptOut and DoNotDisrupt,
+// what the shadow report replays), and only while the breaker state read
+// in the guard transaction still holds the node (decide.BreakerHolds);
+// otherwise it refuses with errGuardRecheck and the caller runs the full
+// guard. So it can only hold, never allow: a deletion always passes
+// deletionGuard's guard.
+func (r *Reconciler) heldGuard(node heldNode, rp store.Repair, humanApproved bool, now time.Time) store.DeletionGuard {
+	last := r.lastBreakers.Load()
+	if last == nil {
+		return nil
+	}
+	minHealthy := r.cfg.Policy.MinHealthy(rp.NodePool) // not reached: the breakers decide first
+	bn := r.breakerNode(node.cluster, node.info, node.agent)
+	owners := decide.Disruption{OptOut: node.agent.OptOut, DoNotDisrupt: node.agent.DoNotDisrupt}
+	if !decide.BreakerHolds(r.guards(store.DeletionBudget{}, *last, bn, minHealthy, 0, owners, humanApproved), now) {
+		return nil
+	}
+	return func(cur store.Repair, b store.DeletionBudget, doc json.RawMessage) error {
+		st, err := decodeBreakers(doc)
+		if err != nil {
+			return err
+		}
+		g := r.guards(b, st, bn, minHealthy, 0, owners, humanApproved)
+		if !decide.BreakerHolds(g, now) {
+			return errGuardRecheck
+		}
+		return decide.Deletion(g, now) // never nil here (decide.BreakerHolds)
+	}
+}
+
+// guards is decide.Guards of a repair's node bn: the budgets and counts
+// BeginDeletion read (b), the breaker state st, the NodePool's minimum
+// healthy count and healthy Nodes, the owners' word.
+func (r *Reconciler) guards(b store.DeletionBudget, st breaker.State, bn breaker.Node, minHealthy, healthy int, owners decide.Disruption, humanApproved bool) decide.Guards {
+	return decide.Guards{
+		Budget: decide.Budget{DeletionsPerHour: b.DeletionsPerHour, MaxInFlightPerNodePool: b.MaxInFlightPerNodePool,
+			NodePoolDeletionsPerHour: b.NodePoolDeletionsPerHour, MinHealthy: minHealthy},
+		Counts: decide.Counts{Cluster: b.Cluster, NodePool: b.NodePool, DeletionsLastHour: b.DeletionsLastHour,
+			InFlight: b.InFlight, NodePoolDeletionsLastHour: b.NodePoolDeletionsLastHour, Healthy: healthy},
+		Breakers: r.cfg.Breaker != nil, State: st, Node: bn, HumanApproved: humanApproved, MaxBreakerAge: r.cfg.MaxBreakerAge,
+		Disruption: owners,
+	}
 }
 
 // healthyNodes counts the NodePool's healthy Nodes: Ready, not

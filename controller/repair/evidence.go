@@ -26,7 +26,9 @@ import (
 // sent as soon as a sender is free (groupSenders at once); while one is on
 // its way the next fills, so the groups grow with the load and a lone
 // node waits for nobody. Every decision stays the reconcile's, per node:
-// only the round trips are shared.
+// only the round trips are shared. The follow-up's reconcile (the
+// Kubernetes writes, ledger steps past Detected) reads and writes its node
+// through the same groups.
 //
 // One node's failure is its own: a read group that fails is read again
 // node by node, and WriteNodeLedgers writes a failed group again one node
@@ -92,9 +94,43 @@ func newEvidenceGroups(st *store.Store, max int) *evidenceGroups {
 			return out, errs
 		}),
 		writes: newGroup(max, func(ctx context.Context, ws []store.NodeLedger, now time.Time) ([]store.NodeLedgerResult, []error) {
-			return st.WriteNodeLedgers(ctx, ws, now)
+			out, errs := make([]store.NodeLedgerResult, len(ws)), make([]error, len(ws))
+			// A node written twice (the work queue never reconciles a node
+			// on two workers at once, ReconcileNode's callers may) goes in
+			// a later transaction, in the order the writes came.
+			for todo := indexes(len(ws)); len(todo) > 0; {
+				var round, later []int
+				seen := make(map[[2]string]bool, len(todo))
+				for _, i := range todo {
+					if k := [2]string{ws[i].Cluster, ws[i].Node}; seen[k] {
+						later = append(later, i)
+					} else {
+						seen[k] = true
+						round = append(round, i)
+					}
+				}
+				part := make([]store.NodeLedger, len(round))
+				for j, i := range round {
+					part[j] = ws[i]
+				}
+				res, es := st.WriteNodeLedgers(ctx, part, now)
+				for j, i := range round {
+					out[i], errs[i] = res[j], es[j]
+				}
+				todo = later
+			}
+			return out, errs
 		}),
 	}
+}
+
+// indexes returns 0, 1, ..., n-1.
+func indexes(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+	}
+	return out
 }
 
 // ReadNode is store.ReadNode, sent with the reads waiting at the time.

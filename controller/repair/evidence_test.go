@@ -42,7 +42,10 @@ func evidenceInGroup(t *testing.T, rec *repair.Reconciler, first, rest []string)
 			h, err := repair.EvidenceStep(context.Background(), rec, "c1", n)
 			mu.Lock()
 			defer mu.Unlock()
-			held[n], errs[n] = h, err
+			held[n] = h
+			if errs[n] == nil { // a node started twice keeps an error of either
+				errs[n] = err
+			}
 		})
 	}
 	waitFor := func(what string, ok func(sent int64, waiting int) bool) {
@@ -229,5 +232,46 @@ func TestEvidenceGroupBreakerHolds(t *testing.T) {
 	}
 	if r := e.open(t, z2[0]); r.State != ledger.Deleting || !e.nodeClaimDeleting(t, z2[0]+"-nc") {
 		t.Fatalf("lone failure elsewhere: %s, want deleting", r.State)
+	}
+}
+
+// TestEvidenceGroupSameNodeTwice: two reconciles of one node wait in the
+// same write group (the work queue never runs a node on two workers at
+// once; ReconcileNode's callers may). Both succeed, the node's second
+// write going in a transaction after the first, and the node has exactly
+// one repair.
+func TestEvidenceGroupSameNodeTwice(t *testing.T) {
+	ctx := context.Background()
+	names := []string{"n1", "n2", "n3", "n4"}
+	var specs []karpentersim.NodeSpec
+	for _, n := range names {
+		specs = append(specs, karpentersim.NodeSpec{Name: n, NodePool: "gpu", Zone: "z1", InstanceType: "p5.48xlarge", GPUs: 8})
+	}
+	st := pgtest.Store(t)
+	k, sim := fakeFleet(t, specs)
+	eng, _ := diagnose.New(diagnose.Options{})
+	clk := newClock()
+	rec, err := repair.New(repair.Config{Store: st, Engine: eng, Clusters: map[string]*kube.Cluster{"c1": k}, Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{st: st, k: k, sim: sim, rec: rec, clock: clk}
+	for _, n := range names {
+		e.ingest(t, n, xid79())
+	}
+	_, errs := evidenceInGroup(t, rec, names[:2], []string{"n3", "n3", "n4"})
+	for n, err := range errs {
+		if err != nil {
+			t.Fatalf("%s: %v", n, err)
+		}
+	}
+	for _, n := range names {
+		rs, _, err := st.ListRepairs(ctx, store.RepairFilter{Cluster: "c1", Node: n})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rs) != 1 {
+			t.Fatalf("%s: %d repairs, want exactly one", n, len(rs))
+		}
 	}
 }

@@ -76,8 +76,9 @@ func (r *Reconciler) RemoveCluster(name string) {
 }
 
 // startMemberLocked runs m's informer cache under the context of Run until
-// the cluster is removed or replaced. A cache that fails to start is
-// logged and marks the cluster unreachable; it stops no other cluster.
+// the cluster is removed or replaced, and asks for a periodic pass once it
+// has synced. A cache that fails to start is logged and marks the cluster
+// unreachable; it stops no other cluster.
 // r.membersMu is held.
 func (r *Reconciler) startMemberLocked(name string, m *member) {
 	ctx, stop := context.WithCancel(r.runCtx)
@@ -85,6 +86,14 @@ func (r *Reconciler) startMemberLocked(name string, m *member) {
 	go func() {
 		if err := m.k.Run(ctx, func(node string) { r.Trigger(name, node) }); err != nil && ctx.Err() == nil {
 			r.observe(name, fmt.Errorf("start cache: %w", err))
+		}
+	}()
+	go func() {
+		// The first pass on a synced cache: the cluster is reachable at
+		// once, its breakers evaluated and its removed nodes swept
+		// (sweepRemoved), not a Resync later.
+		if m.k.WaitSynced(ctx) {
+			r.PassSoon()
 		}
 	}()
 }

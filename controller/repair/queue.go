@@ -416,10 +416,13 @@ func (r *Reconciler) awaitBreakers(k nodeKey) {
 
 // enqueueOpen triggers every node that has an open repair, so toleration
 // windows expire and deletions complete without new findings, and every
-// node on which another agent reports a problem condition (interop).
+// node on which another agent reports a problem condition (interop); it
+// marks removed the stored nodes whose Nodes are gone (sweepRemoved).
 func (r *Reconciler) enqueueOpen(ctx context.Context) {
 	r.catchUp(ctx, r.cfg.Now())
+	listedAt := r.cfg.Now()
 	fleet := r.listFleet(ctx) // one Node list per cluster for the whole pass
+	r.sweepRemoved(ctx, fleet, listedAt)
 	if err := r.evaluateBreakers(ctx, fleet); err != nil {
 		r.log.ErrorContext(ctx, "evaluate breakers", "err", err)
 	}

@@ -141,8 +141,9 @@ func (r *Reconciler) crash(point string) bool { return r.cfg.Crash != nil && r.c
 type Reconciler struct {
 	cfg Config
 	log *slog.Logger
-	// evidence is the database part of the evidence step: the store, or
-	// groups of nodes sharing round trips (evidence.go).
+	// evidence is the database part of every reconcile (ReadNode and
+	// WriteNodeLedger): the store, or groups of nodes sharing round trips
+	// (evidence.go).
 	evidence ledgerDB
 
 	mu sync.Mutex
@@ -195,6 +196,7 @@ type Reconciler struct {
 	reconciles         *prometheus.CounterVec
 	deletions          *prometheus.CounterVec
 	transitions        *prometheus.CounterVec
+	sweptNodes         *prometheus.CounterVec // fleetrepair_nodes_swept_removed_total (sweep.go)
 
 	// lastBreakers is the breaker state this replica last saved (nil
 	// before the first pass): the diagnosis reads the software cohorts it
@@ -276,10 +278,11 @@ func New(cfg Config) (*Reconciler, error) {
 			Help: "Replacements not Ready and healthy within the verify timeout."}),
 		nodeConditions: newConditionsGauge(),
 		claimGauge:     nodeClaimGauge(),
+		sweptNodes:     newSweptCounter(),
 	}
 	var qm workqueue.MetricsProvider
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{r.reconciles, r.deletions, r.transitions, r.breakersOpen, r.timeToReplace, r.replacementsFailed, r.forwardDropped, r.nodeConditions, r.claimGauge,
+		for _, c := range []prometheus.Collector{r.reconciles, r.deletions, r.transitions, r.breakersOpen, r.timeToReplace, r.replacementsFailed, r.forwardDropped, r.nodeConditions, r.claimGauge, r.sweptNodes,
 			newLeaderCollector(r)} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("register repair metrics: %w", err)
@@ -367,11 +370,11 @@ func (r *Reconciler) reconcile(ctx context.Context, cluster, node string, ledger
 	}
 	// One round trip: the node's Kubernetes facts recorded, its agent row,
 	// open and latest repair, findings and the saved breaker state read
-	// (store.ReadNode).
-	db := ledgerDB(r.cfg.Store)
-	if ledgerOnly {
-		db = r.evidence
-	}
+	// (store.ReadNode), shared with the other reconciles reading at the
+	// moment (evidence.go): the evidence step's and every follow-up's, so
+	// a wave's follow-ups and the watches' echoes of their writes cost
+	// PostgreSQL what the evidence step costs, not twice as much.
+	db := r.evidence
 	snap, err := db.ReadNode(ctx, store.Node{Cluster: cluster, Name: node, NodePool: info.NodePool,
 		Zone: info.Zone, InstanceType: info.InstanceType, NodeClaim: info.NodeClaim, Labels: r.cohortLabels(info)}, 10000, now)
 	if err != nil {
@@ -713,14 +716,28 @@ func (r *Reconciler) step(ctx context.Context, rp store.Repair, next decide.Next
 // decide.Step sends a recommended reset or reboot to on-call before it
 // gets here.
 func (r *Reconciler) execute(ctx context.Context, k *kube.Cluster, sn heldNode, rp store.Repair, g decide.Next, now time.Time) (store.Repair, error) {
-	guard, err := r.deletionGuard(ctx, k, sn, rp, g.HumanApproved, now)
-	if err != nil {
-		return rp, fmt.Errorf("begin deletion of repair %d: %w", rp.ID, err)
+	guard := r.heldGuard(sn, rp, g.HumanApproved, now) // nil unless the breakers already hold the node
+	for full := guard == nil; ; full = true {
+		if full {
+			var err error
+			if guard, err = r.deletionGuard(ctx, k, sn, rp, g.HumanApproved, now); err != nil {
+				return rp, fmt.Errorf("begin deletion of repair %d: %w", rp.ID, err)
+			}
+		}
+		if r.crash("before-begin-deletion") {
+			return rp, ErrCrashed
+		}
+		next, err := r.cfg.Store.BeginDeletion(ctx, rp.ID, rp.State, Actor, g.Why, now, guard)
+		if !full && errors.Is(err, errGuardRecheck) {
+			continue // the breakers let go meanwhile: every fact read, the guards run again
+		}
+		return r.afterGuard(ctx, k, rp, g, next, err, now)
 	}
-	if r.crash("before-begin-deletion") {
-		return rp, ErrCrashed
-	}
-	next, err := r.cfg.Store.BeginDeletion(ctx, rp.ID, rp.State, Actor, g.Why, now, guard)
+}
+
+// afterGuard carries out decide.AfterGuard's answer to BeginDeletion's
+// (next, err) for the Guard step g of repair rp.
+func (r *Reconciler) afterGuard(ctx context.Context, k *kube.Cluster, rp store.Repair, g decide.Next, next store.Repair, err error, now time.Time) (store.Repair, error) {
 	if errors.Is(err, store.ErrConflict) {
 		return r.cfg.Store.GetRepair(ctx, rp.ID)
 	}

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/fleetrepair/fleetrepair/agent/finding"
@@ -71,9 +72,15 @@ func newEnvPolicy(t *testing.T, dryRun bool, pol *policy.Policy) *env {
 // fakeFleet is cluster c1 on the client fakes: NodePool gpu with nodes,
 // each with its NodeClaim (the simulated Karpenter made them).
 func fakeFleet(t *testing.T, nodes []karpentersim.NodeSpec) (*kube.Cluster, *karpentersim.Sim) {
+	return fakeFleetIntercepted(t, nodes, nil)
+}
+
+// fakeFleetIntercepted is fakeFleet whose cluster's client calls go
+// through funcs (nil: straight to the fake).
+func fakeFleetIntercepted(t *testing.T, nodes []karpentersim.NodeSpec, funcs *interceptor.Funcs) (*kube.Cluster, *karpentersim.Sim) {
 	t.Helper()
 	ctx := context.Background()
-	c := fake.NewClientBuilder().WithScheme(kube.Scheme).WithStatusSubresource(&corev1.Node{}, &karpv1.NodeClaim{}).Build()
+	var c client.WithWatch = fake.NewClientBuilder().WithScheme(kube.Scheme).WithStatusSubresource(&corev1.Node{}, &karpv1.NodeClaim{}).Build()
 	sim := karpentersim.New(c, 0)
 	if err := sim.CreateNodePool(ctx, "gpu"); err != nil {
 		t.Fatal(err)
@@ -82,6 +89,9 @@ func fakeFleet(t *testing.T, nodes []karpentersim.NodeSpec) (*kube.Cluster, *kar
 		if err := sim.CreateNode(ctx, n); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if funcs != nil {
+		c = interceptor.NewClient(c, *funcs) // the reconciler's calls, not the fleet's creation
 	}
 	return kube.New("c1", c), sim
 }

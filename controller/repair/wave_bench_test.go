@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -46,13 +47,11 @@ func BenchmarkWaveLedgerStep(b *testing.B) {
 		for _, group := range []int{1, DefaultEvidenceGroup} {
 			b.Run(fmt.Sprintf("workers=%d/group=%d", workers, group), func(b *testing.B) {
 				w := newWaveBench(b, b.N, group)
-				pg0, ctrl0 := w.cpu(b)
+				c0 := w.cpu(b)
 				b.ResetTimer()
 				w.run(b, workers, true)
 				b.StopTimer()
-				pg1, ctrl1 := w.cpu(b)
-				b.ReportMetric(float64((pg1-pg0).Microseconds())/1e3/float64(len(w.nodes)), "pg-ms/node")
-				b.ReportMetric(float64((ctrl1-ctrl0).Microseconds())/1e3/float64(len(w.nodes)), "ctrl-ms/node")
+				w.cpu(b).since(c0).report(b, len(w.nodes))
 				if g, ok := w.rec.evidence.(*evidenceGroups); ok {
 					b.ReportMetric(float64(g.reads.calls.Load())/float64(g.reads.sent.Load()), "nodes/read")
 					b.ReportMetric(float64(g.writes.calls.Load())/float64(g.writes.sent.Load()), "nodes/write")
@@ -69,8 +68,11 @@ func BenchmarkWaveLedgerStep(b *testing.B) {
 func BenchmarkWaveFollowUp(b *testing.B) {
 	w := newWaveBench(b, b.N, DefaultEvidenceGroup)
 	w.run(b, 16, true)
+	c0 := w.cpu(b)
 	b.ResetTimer()
 	w.run(b, 16, false)
+	b.StopTimer()
+	w.cpu(b).since(c0).report(b, len(w.nodes))
 }
 
 type waveBench struct {
@@ -81,12 +83,34 @@ type waveBench struct {
 	stats *pgx.Conn
 }
 
+// cpuTimes are CPU times so far of the processes a wave step costs.
+type cpuTimes struct {
+	// pg: the PostgreSQL backends serving the benchmark's database; self:
+	// this process (the reconciler, its cache, pgx); kube: the
+	// kube-apiserver and etcd this process started (envtest).
+	pg, self, kube time.Duration
+}
+
+func (c cpuTimes) since(o cpuTimes) cpuTimes {
+	return cpuTimes{pg: c.pg - o.pg, self: c.self - o.self, kube: c.kube - o.kube}
+}
+
+// report reports c per node: pg-ms/node, ctrl-ms/node, kube-ms/node.
+func (c cpuTimes) report(b *testing.B, nodes int) {
+	per := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 / float64(nodes) }
+	b.ReportMetric(per(c.pg), "pg-ms/node")
+	b.ReportMetric(per(c.self), "ctrl-ms/node")
+	b.ReportMetric(per(c.kube), "kube-ms/node")
+}
+
 // cpu returns the CPU time so far of the PostgreSQL backends connected to
 // the benchmark's database (but stats's own), from /proc/PID/schedstat
 // (nanoseconds; a backend that ended meanwhile is not counted, pgxpool
-// keeps its connections), and of this process (getrusage).
-func (w *waveBench) cpu(b *testing.B) (pg, self time.Duration) {
+// keeps its connections), of this process (getrusage) and of its child
+// kube-apiserver and etcd processes.
+func (w *waveBench) cpu(b *testing.B) cpuTimes {
 	b.Helper()
+	var c cpuTimes
 	rows, _ := w.stats.Query(context.Background(),
 		`SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()`)
 	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
@@ -94,13 +118,41 @@ func (w *waveBench) cpu(b *testing.B) (pg, self time.Duration) {
 		b.Fatal(err)
 	}
 	for _, pid := range pids {
-		pg += schedTime(fmt.Sprintf("/proc/%d/schedstat", pid))
+		c.pg += schedTime(fmt.Sprintf("/proc/%d/schedstat", pid))
 	}
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		b.Fatal(err)
 	}
-	return pg, time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	c.self = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		b.Fatal(err)
+	}
+	self := os.Getpid()
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		s := string(raw)
+		i := strings.LastIndexByte(s, ')')
+		if err != nil || i < 0 {
+			continue
+		}
+		comm := s[strings.IndexByte(s, '(')+1 : i]
+		f := strings.Fields(s[i+1:]) // state, ppid, ...
+		if len(f) < 13 || f[1] != strconv.Itoa(self) || comm != "kube-apiserver" && comm != "etcd" {
+			continue
+		}
+		// utime and stime of every thread, in clock ticks (100 Hz: the
+		// schedstat of a multi-threaded process is its first thread's)
+		ut, _ := strconv.ParseInt(f[11], 10, 64)
+		st, _ := strconv.ParseInt(f[12], 10, 64)
+		c.kube += time.Duration(ut+st) * 10 * time.Millisecond
+	}
+	return c
 }
 
 // schedTime is the first field of a schedstat file: time spent on a CPU
@@ -119,6 +171,13 @@ func schedTime(path string) time.Duration {
 }
 
 func newWaveBench(b *testing.B, n, group int) *waveBench {
+	return newWaveBenchRun(b, n, group, false)
+}
+
+// newWaveBenchRun is newWaveBench; with run the reconciler runs (Run: its
+// work queue, workers, breaker evaluations and the informers' watches)
+// instead of the cache alone.
+func newWaveBenchRun(b *testing.B, n, group int, run bool) *waveBench {
 	b.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	b.Cleanup(cancel)
@@ -176,16 +235,20 @@ func newWaveBench(b *testing.B, n, group int) *waveBench {
 	if err != nil {
 		b.Fatal(err)
 	}
-	go func() { _ = k.Run(ctx, nil) }()
 	pol, err := breaker.NewPolicy(breaker.Config{})
 	if err != nil {
 		b.Fatal(err)
 	}
 	eng, _ := diagnose.New(diagnose.Options{})
 	rec, err := New(Config{Store: st, Engine: eng, Clusters: map[string]*kube.Cluster{"load": k}, Breaker: pol,
-		Toleration: time.Hour, Resync: time.Hour, Workers: 4, EvidenceGroup: group, Log: slog.New(slog.DiscardHandler)})
+		Toleration: time.Hour, Resync: time.Hour, Workers: 16, EvidenceGroup: group, Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		b.Fatal(err)
+	}
+	if run {
+		go func() { _ = rec.Run(ctx) }()
+	} else {
+		go func() { _ = k.Run(ctx, nil) }()
 	}
 	deadline := time.Now().Add(2 * time.Minute)
 	for k.Probe(ctx) != nil {
@@ -261,4 +324,81 @@ func (w *waveBench) checkOpen(b *testing.B) {
 	if len(open) != len(w.nodes) {
 		b.Fatalf("%d repairs open after the ledger step of %d wave nodes", len(open), len(w.nodes))
 	}
+}
+
+// BenchmarkWaveOpen is the zone wave through the running reconciler
+// (Run: work queue, 16 workers, breaker evaluations, follow-ups, the
+// informers' watches): b.N wave nodes' findings are stored, then their
+// TriggerFindings arrive at 500 per second (the load harness's 10,000-node
+// wave: 1,500 reports in 3 s), and the benchmark ends when every wave
+// repair is open. trigger->open p50/p99 is each node's time from its
+// trigger to its repair row (created_at); follow-ups/node counts the
+// quarantine transitions recorded by then (the Kubernetes writes and
+// ledger steps done while repairs were still opening); the CPU figures
+// are per wave node over the same window.
+//
+//	go test ./controller/repair -run '^$' -bench WaveOpen -benchtime 600x
+func BenchmarkWaveOpen(b *testing.B) {
+	const rate = 500 // triggers per second
+	w := newWaveBenchRun(b, b.N, DefaultEvidenceGroup, true)
+	ctx := context.Background()
+	c0 := w.cpu(b)
+	b.ResetTimer()
+	start := time.Now()
+	sent := make(map[string]time.Time, len(w.nodes))
+	var mu sync.Mutex
+	go func() {
+		for i, n := range w.nodes {
+			time.Sleep(time.Until(start.Add(time.Duration(i) * time.Second / rate)))
+			mu.Lock()
+			sent[n] = time.Now()
+			mu.Unlock()
+			w.rec.TriggerFindings("load", n)
+		}
+	}()
+	deadline := start.Add(5 * time.Minute)
+	for {
+		var open int
+		if err := w.stats.QueryRow(ctx, `SELECT count(*) FROM repairs WHERE cluster = 'load'`).Scan(&open); err != nil {
+			b.Fatal(err)
+		}
+		if open >= len(w.nodes) {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("%d of %d wave repairs open after 5 minutes", open, len(w.nodes))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	elapsed := time.Since(start)
+	b.StopTimer()
+	w.cpu(b).since(c0).report(b, len(w.nodes))
+	var followUps int
+	if err := w.stats.QueryRow(ctx, `SELECT count(*) FROM repair_audit WHERE to_state = 'quarantined'`).Scan(&followUps); err != nil {
+		b.Logf("count quarantine transitions: %v", err)
+	}
+	rows, err := w.stats.Query(ctx, `SELECT node, created_at FROM repairs WHERE cluster = 'load'`)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var lat []time.Duration
+	mu.Lock()
+	for rows.Next() {
+		var node string
+		var at time.Time
+		if err := rows.Scan(&node, &at); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, at.Sub(sent[node]))
+	}
+	mu.Unlock()
+	if err := rows.Err(); err != nil {
+		b.Fatal(err)
+	}
+	slices.Sort(lat)
+	q := func(f float64) float64 { return lat[min(len(lat)-1, int(f*float64(len(lat))))].Seconds() * 1e3 }
+	b.ReportMetric(q(0.5), "p50-ms")
+	b.ReportMetric(q(0.99), "p99-ms")
+	b.ReportMetric(float64(len(w.nodes))/elapsed.Seconds(), "opened/s")
+	b.ReportMetric(float64(followUps)/float64(len(w.nodes)), "follow-ups/node")
 }

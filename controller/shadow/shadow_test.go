@@ -42,8 +42,8 @@ func newFleet(t *testing.T) *fleet {
 func (f *fleet) node(name, pool, zone, claim string) {
 	f.t.Helper()
 	ctx, at := context.Background(), t0.Add(-time.Hour)
-	if _, err := f.st.UpsertNodeMeta(ctx, store.Node{Cluster: "c1", Name: name, NodePool: pool, Zone: zone,
-		InstanceType: "p5.48xlarge", NodeClaim: claim}, at); err != nil {
+	if _, err := f.st.ReadNode(ctx, store.Node{Cluster: "c1", Name: name, NodePool: pool, Zone: zone,
+		InstanceType: "p5.48xlarge", NodeClaim: claim}, 1, at); err != nil {
 		f.t.Fatal(err)
 	}
 	f.report(name, at, nil)

@@ -3,11 +3,15 @@ package store_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/fleetrepair/fleetrepair/agent/finding"
+	"github.com/fleetrepair/fleetrepair/controller/store"
 )
 
 // benchNodes is how many nodes the ingest benchmarks spread their reports
@@ -148,4 +152,61 @@ func BenchmarkIngestHeartbeat(b *testing.B) {
 		}
 	})
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "reports/s")
+}
+
+// BenchmarkSweepRemovedNodes: the removed-node sweep of one 10,000-node
+// cluster in its steady state (every stored node listed, nothing to mark),
+// which every periodic pass runs per cluster. The seeding is not timed.
+func BenchmarkSweepRemovedNodes(b *testing.B) {
+	ctx := context.Background()
+	s := open(b)
+	const nodes = 10000
+	names := make([]string, nodes)
+	metas := make([]store.Node, 0, 500)
+	for i := range nodes {
+		names[i] = fmt.Sprintf("gpu-%05d", i)
+		metas = append(metas, store.Node{Cluster: "c1", Name: names[i], NodePool: "gpu", Zone: fmt.Sprintf("z%d", i%4)})
+		if len(metas) == cap(metas) {
+			if _, err := s.ReadNodes(ctx, metas, 1, t0); err != nil {
+				b.Fatal(err)
+			}
+			metas = metas[:0]
+		}
+	}
+	listed := t0.Add(time.Hour)
+	logSweepPlan(b, s, names, listed)
+	b.ResetTimer()
+	for b.Loop() {
+		swept, err := s.SweepRemovedNodes(ctx, store.NodeSweep{Cluster: "c1", Present: names, ListedAt: listed}, listed)
+		if err != nil || len(swept) != 0 {
+			b.Fatalf("swept %d, %v; want nothing", len(swept), err)
+		}
+	}
+}
+
+// logSweepPlan logs the EXPLAIN (ANALYZE, BUFFERS) plans of the sweep's
+// statements on the benchmark's rows: the read of the candidates, and the
+// update of a tenth of the nodes as gone, in a transaction rolled back.
+func logSweepPlan(b *testing.B, s *store.Store, names []string, listed time.Time) {
+	b.Helper()
+	ctx := context.Background()
+	tx, err := s.Pool().Begin(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	for _, q := range []struct {
+		sql  string
+		args []any
+	}{
+		{store.SQLSweepCandidates, []any{"c1", listed, listed}},
+		{store.SQLSweepMark, []any{"c1", names[:len(names)/10], listed, listed, listed}},
+	} {
+		rows, _ := tx.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS) "+q.sql, q.args...)
+		plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Logf("sweep plan:\n%s", strings.Join(plan, "\n"))
+	}
 }

@@ -98,32 +98,9 @@ LIMIT $3`
 	sqlMarkEventRecorded = `UPDATE diagnoses SET event_recorded_at = $2, updated_at = $2 WHERE id = $1`
 )
 
-// UpsertDiagnosis stores a diagnosis keyed by (Cluster, Node, BootID,
-// Reason). A new key is inserted (created = true) with FirstSeen/LastSeen
-// defaulting to now. An existing one is updated: catalog fields and Detail
-// are replaced, FirstSeen/LastSeen widened, FindingIDs merged (union, in
-// order of first appearance, newest MaxDiagnosisFindings kept), and it is
-// made active again; if it was inactive, EventRecordedAt is cleared so the
-// Event is recorded anew. Returns the stored record.
-func (s *Store) UpsertDiagnosis(ctx context.Context, d DiagnosisRecord, now time.Time) (DiagnosisRecord, bool, error) {
-	args, err := upsertDiagnosisArgs(d, now)
-	if err != nil {
-		return DiagnosisRecord{}, false, err
-	}
-	rows, _ := s.pool.Query(ctx, sqlUpsertDiagnosis, args...)
-	var created bool
-	out, err := pgx.CollectExactlyOneRow(rows, func(row pgx.CollectableRow) (DiagnosisRecord, error) {
-		return scanDiagnosisInto(row, &created)
-	})
-	if err != nil {
-		return DiagnosisRecord{}, false, errorf(err, "upsert diagnosis %s on %s/%s", d.Reason, d.Cluster, d.Node)
-	}
-	return out, created, nil
-}
-
 // upsertDiagnosisArgs checks d and returns sqlUpsertDiagnosis's arguments
-// (UpsertDiagnosis, WriteNodeLedger); ErrInvalid for a diagnosis without
-// cluster, node or reason.
+// (WriteNodeLedger); ErrInvalid for a diagnosis without cluster, node or
+// reason.
 func upsertDiagnosisArgs(d DiagnosisRecord, now time.Time) ([]any, error) {
 	if d.Cluster == "" || d.Node == "" || d.Reason == "" {
 		return nil, invalidf("upsert diagnosis: cluster, node and reason are required")

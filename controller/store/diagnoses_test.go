@@ -11,6 +11,20 @@ import (
 	"github.com/fleetrepair/fleetrepair/controller/store"
 )
 
+// writeDiagnosis writes d as a reconcile of its node that diagnosed only d
+// does (WriteNodeLedger: d upserted, the node's other active diagnoses
+// deactivated) and returns the stored record and whether it was new.
+func writeDiagnosis(ctx context.Context, s *store.Store, d store.DiagnosisRecord, now time.Time) (store.DiagnosisRecord, bool, error) {
+	res, err := s.WriteNodeLedger(ctx, store.NodeLedger{Cluster: d.Cluster, Node: d.Node, Diagnoses: []store.DiagnosisRecord{d}}, now)
+	if err != nil {
+		return store.DiagnosisRecord{}, false, err
+	}
+	return res.Diagnoses[0], res.Created[0], nil
+}
+
+// TestDiagnosisLifecycle: a diagnosis is stored, merged by its key,
+// deactivated and re-activated as the reconciler writes it
+// (WriteNodeLedger).
 func TestDiagnosisLifecycle(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -21,7 +35,7 @@ func TestDiagnosisLifecycle(t *testing.T) {
 		CatalogVersion: "1", FirstSeen: t0, LastSeen: t0.Add(time.Second), FindingIDs: []string{"f1", "f2", "f1"},
 		Detail: map[string]any{"message": "GPU 0000:3b:00.0 fell off the bus"},
 	}
-	got, created, err := s.UpsertDiagnosis(ctx, d, t0.Add(time.Minute))
+	got, created, err := writeDiagnosis(ctx, s, d, t0.Add(time.Minute))
 	if err != nil || !created {
 		t.Fatalf("first upsert: created %v, %v", created, err)
 	}
@@ -36,7 +50,7 @@ func TestDiagnosisLifecycle(t *testing.T) {
 	// Same key again: merged, widened, still one row.
 	d.FirstSeen, d.LastSeen, d.FindingIDs = t0.Add(-time.Minute), t0.Add(time.Hour), []string{"f2", "f3"}
 	d.Action = "reboot"
-	again, created, err := s.UpsertDiagnosis(ctx, d, t0.Add(time.Hour))
+	again, created, err := writeDiagnosis(ctx, s, d, t0.Add(time.Hour))
 	if err != nil || created || again.ID != got.ID {
 		t.Fatalf("second upsert: id %d (first %d), created %v, %v", again.ID, got.ID, created, err)
 	}
@@ -45,12 +59,14 @@ func TestDiagnosisLifecycle(t *testing.T) {
 		t.Fatalf("second upsert stored %+v", again)
 	}
 
-	// A second diagnosis on the node, and one on a new boot.
-	other, _, err := s.UpsertDiagnosis(ctx, store.DiagnosisRecord{Cluster: "c1", Node: "n1", BootID: "boot-a",
-		Reason: "PCIeAERFatal", Severity: "event"}, t0.Add(time.Hour))
+	// A second diagnosis on the node, written with the first as a
+	// reconcile writes its whole verdict.
+	res, err := s.WriteNodeLedger(ctx, store.NodeLedger{Cluster: "c1", Node: "n1", Diagnoses: []store.DiagnosisRecord{d,
+		{Cluster: "c1", Node: "n1", BootID: "boot-a", Reason: "PCIeAERFatal", Severity: "event"}}}, t0.Add(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
+	other := res.Diagnoses[1]
 	if !other.FirstSeen.Equal(t0.Add(time.Hour)) || other.FindingIDs != nil {
 		t.Errorf("defaults: %+v", other)
 	}
@@ -73,7 +89,7 @@ func TestDiagnosisLifecycle(t *testing.T) {
 	}
 
 	// Coming back re-activates it and asks for a new Event.
-	back, created, err := s.UpsertDiagnosis(ctx, d, t0.Add(4*time.Hour))
+	back, created, err := writeDiagnosis(ctx, s, d, t0.Add(4*time.Hour))
 	if err != nil || created || !back.Active || !back.EventRecordedAt.IsZero() {
 		t.Fatalf("re-activated: %+v created %v, %v", back, created, err)
 	}
@@ -86,8 +102,12 @@ func TestDiagnosisLifecycle(t *testing.T) {
 	if err := s.MarkEventRecorded(ctx, 999999, t0); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("MarkEventRecorded(missing) = %v, want ErrNotFound", err)
 	}
-	if _, _, err := s.UpsertDiagnosis(ctx, store.DiagnosisRecord{Cluster: "c1"}, t0); !errors.Is(err, store.ErrInvalid) {
-		t.Errorf("UpsertDiagnosis without node and reason = %v, want ErrInvalid", err)
+	if _, _, err := writeDiagnosis(ctx, s, store.DiagnosisRecord{Cluster: "c1", Node: "n1"}, t0); !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("a diagnosis without a reason = %v, want ErrInvalid", err)
+	}
+	if _, err := s.WriteNodeLedger(ctx, store.NodeLedger{Cluster: "c1", Node: "n1", Diagnoses: []store.DiagnosisRecord{{Cluster: "c1", Node: "n2",
+		Reason: "XidEvent", Severity: "event"}}}, t0); !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("a diagnosis of another node = %v, want ErrInvalid", err)
 	}
 }
 
@@ -103,7 +123,7 @@ func TestDiagnosisFindingIDsBounded(t *testing.T) {
 			d.FindingIDs = append(d.FindingIDs, string(rune('a'+batch))+"-"+strconv.Itoa(i))
 		}
 		var err error
-		if last, _, err = s.UpsertDiagnosis(ctx, d, t0); err != nil {
+		if last, _, err = writeDiagnosis(ctx, s, d, t0); err != nil {
 			t.Fatal(err)
 		}
 	}

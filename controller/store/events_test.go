@@ -49,16 +49,16 @@ func TestEventsWrittenByTriggers(t *testing.T) {
 	step(t, s, r.ID, ledger.Detected, ledger.Quarantined, t0.Add(time.Second))
 
 	d := store.DiagnosisRecord{Cluster: "c1", Node: "n1", Reason: "GPUFallenOffBus", Severity: "condition", Action: "replace", FindingIDs: []string{"f1"}}
-	got, _, err := s.UpsertDiagnosis(ctx, d, t0.Add(2*time.Second))
+	got, _, err := writeDiagnosis(ctx, s, d, t0.Add(2*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
 	d.FindingIDs = []string{"f2"} // re-diagnosis: no news
-	if _, _, err := s.UpsertDiagnosis(ctx, d, t0.Add(3*time.Second)); err != nil {
+	if _, _, err := writeDiagnosis(ctx, s, d, t0.Add(3*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	ev := store.DiagnosisRecord{Cluster: "c1", Node: "n1", Reason: "XidEvent", Severity: "event", FindingIDs: []string{"f3"}}
-	if _, _, err := s.UpsertDiagnosis(ctx, ev, t0.Add(4*time.Second)); err != nil {
+	if _, err := s.WriteNodeLedger(ctx, store.NodeLedger{Cluster: "c1", Node: "n1", Diagnoses: []store.DiagnosisRecord{d, ev}}, t0.Add(4*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.DeactivateDiagnoses(ctx, "c1", "n1", nil, t0.Add(5*time.Second)); err != nil {

@@ -20,6 +20,13 @@ const (
 	SQLRepairAudit     = sqlRepairAudit
 )
 
+// SQL of the removed-node sweep, for the plans BenchmarkSweepRemovedNodes
+// logs.
+var (
+	SQLSweepCandidates = sqlSweepCandidates
+	SQLSweepMark       = sqlSweepMark
+)
+
 // GroupStats returns how many group transactions committed and how many
 // reports they held (groupcommit.go).
 func GroupStats(s *Store) (groups, reports int64) {

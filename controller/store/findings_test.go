@@ -235,18 +235,19 @@ func TestNodeMeta(t *testing.T) {
 	if _, err := s.IngestReport(ctx, report("c1", "n1", "boot-a", 1, t0), t0); err != nil {
 		t.Fatal(err)
 	}
-	n, err := s.UpsertNodeMeta(ctx, store.Node{Cluster: "c1", Name: "n1", NodePool: "gpu", Zone: "us-east-1a",
+	snap, err := s.ReadNode(ctx, store.Node{Cluster: "c1", Name: "n1", NodePool: "gpu", Zone: "us-east-1a",
 		InstanceType: "p5.48xlarge", NodeClaim: "gpu-abcde", BootID: "ignored", DriverVersion: "ignored",
-		Labels: map[string]string{"topology.kubernetes.io/rack": "r7"}}, t0.Add(time.Minute))
+		Labels: map[string]string{"topology.kubernetes.io/rack": "r7"}}, 1, t0.Add(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
+	n := snap.Node
 	if n.NodePool != "gpu" || n.Zone != "us-east-1a" || n.InstanceType != "p5.48xlarge" || n.NodeClaim != "gpu-abcde" ||
 		n.BootID != "boot-a" || n.DriverVersion != "570.133.20" || n.Heartbeat == nil || !n.LastSeen.Equal(t0) {
-		t.Fatalf("after UpsertNodeMeta: %+v", n)
+		t.Fatalf("after ReadNode recorded the Kubernetes facts: %+v", n)
 	}
 	// A node known only from Kubernetes, in another cluster.
-	if _, err := s.UpsertNodeMeta(ctx, store.Node{Cluster: "c2", Name: "n9", NodePool: "cpu"}, t0); err != nil {
+	if _, err := s.ReadNode(ctx, store.Node{Cluster: "c2", Name: "n9", NodePool: "cpu"}, 1, t0); err != nil {
 		t.Fatal(err)
 	}
 	// The agent's next report does not erase the Kubernetes facts.
@@ -344,7 +345,7 @@ func TestIngestReportChanged(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := open(t)
-	if _, err := s.UpsertNodeMeta(ctx, store.Node{Cluster: "c1", Name: "n1", NodePool: "gpu"}, t0); err != nil {
+	if _, err := s.ReadNode(ctx, store.Node{Cluster: "c1", Name: "n1", NodePool: "gpu"}, 1, t0); err != nil {
 		t.Fatal(err)
 	}
 	at := t0

@@ -107,7 +107,7 @@ WITH hour AS (
 flight AS (
     SELECT cluster, nodepool, count(*) AS n FROM repairs WHERE state = 'deleting' AND NOT dry_run GROUP BY 1, 2),
 pools AS (
-    SELECT DISTINCT cluster, nodepool FROM nodes WHERE nodepool <> ''
+    SELECT DISTINCT n.cluster, n.nodepool FROM nodes n WHERE n.nodepool <> '' AND ` + sqlNodeLive + `
     UNION SELECT cluster, nodepool FROM hour
     UNION SELECT cluster, nodepool FROM flight)
 SELECT c.name, c.deletions_per_hour, c.max_in_flight_per_nodepool, c.nodepool_deletions_per_hour,
@@ -122,7 +122,10 @@ ORDER BY c.name, p.nodepool`
 
 // DeletionBudgets returns what is left of every deletion budget at now:
 // per cluster its deletions per hour, and per NodePool (those with a node
-// or a deletion stored) its deletions per hour and deletions in flight,
+// not removed (Node.Removed), a deletion in the sliding hour or one in
+// flight; a NodePool whose nodes are all removed and that used none of its
+// budget in the hour is left out) its deletions per hour and deletions in
+// flight,
 // counted as BeginDeletion counts them (sorted by cluster, NodePool,
 // budget). It reads one query, for /metrics at every scrape.
 func (s *Store) DeletionBudgets(ctx context.Context, now time.Time) ([]BudgetRemaining, error) {

@@ -53,7 +53,7 @@ func TestMaintainFindings(t *testing.T) {
 	in := newRepair("n1", "gpu")
 	in.FindingIDs = []string{old.Findings[0].ID, cur.Findings[0].ID}
 	r := mustOpen(t, s, in, now)
-	if _, _, err := s.UpsertDiagnosis(ctx, store.DiagnosisRecord{Cluster: "c1", Node: "n1", BootID: "boot-a", Reason: "GPUFallenOffBus",
+	if _, _, err := writeDiagnosis(ctx, s, store.DiagnosisRecord{Cluster: "c1", Node: "n1", BootID: "boot-a", Reason: "GPUFallenOffBus",
 		Severity: "condition", FirstSeen: now, LastSeen: now, FindingIDs: []string{old.Findings[1].ID}}, now); err != nil {
 		t.Fatal(err)
 	}

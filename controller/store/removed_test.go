@@ -2,6 +2,8 @@ package store_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -17,7 +19,7 @@ func TestRemovedNodesLeaveTheFleet(t *testing.T) {
 	ctx := context.Background()
 	s := open(t)
 	for _, n := range []string{"n1", "n2", "n3"} {
-		if _, err := s.UpsertNodeMeta(ctx, store.Node{Cluster: "c1", Name: n, NodePool: "gpu"}, t0); err != nil {
+		if _, err := s.ReadNode(ctx, store.Node{Cluster: "c1", Name: n, NodePool: "gpu"}, 1, t0); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := s.IngestReport(ctx, report("c1", n, "boot-a", 1, t0), t0); err != nil {
@@ -80,7 +82,7 @@ func TestRemovedNodesLeaveTheFleet(t *testing.T) {
 
 	// n2's Node reappears (the reconciler records its Kubernetes facts);
 	// n3's agent reports again after the removal.
-	if _, err := s.UpsertNodeMeta(ctx, store.Node{Cluster: "c1", Name: "n2", NodePool: "gpu"}, now); err != nil {
+	if _, err := s.ReadNode(ctx, store.Node{Cluster: "c1", Name: "n2", NodePool: "gpu"}, 1, now); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.IngestReport(ctx, report("c1", "n3", "boot-b", 1, now), now); err != nil {
@@ -96,5 +98,72 @@ func TestRemovedNodesLeaveTheFleet(t *testing.T) {
 	}
 	if sum, _ = s.FleetSummary(ctx, stale); len(sum) != 1 || sum[0].Nodes != 3 {
 		t.Fatalf("fleet summary %+v: want 3 nodes again", sum)
+	}
+}
+
+// TestSweepRemovedNodes: the nodes a complete Node list no longer holds are
+// marked removed in one statement, except a node whose row or agent report
+// is newer than the list, a node whose agent reported within the grace, a
+// node already removed (it keeps its first removal time) and the nodes of
+// other clusters; the sweep says which marked nodes still have active
+// diagnoses, and a second sweep marks nothing.
+func TestSweepRemovedNodes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := open(t)
+	listed := t0.Add(10 * time.Minute)
+	now := listed.Add(time.Second)
+	seed := func(cluster, name string, at time.Time) {
+		t.Helper()
+		if _, err := s.ReadNode(ctx, store.Node{Cluster: cluster, Name: name, NodePool: "gpu"}, 1, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range []string{"kept", "gone", "gone-diag", "reporting", "removed-earlier"} {
+		seed("c1", n, t0)
+	}
+	seed("c1", "late", listed.Add(time.Second)) // recorded after the list was read
+	seed("c2", "gone", t0)
+	if _, err := s.WriteNodeLedger(ctx, store.NodeLedger{Cluster: "c1", Node: "gone-diag", Diagnoses: []store.DiagnosisRecord{{
+		Cluster: "c1", Node: "gone-diag", BootID: "boot-a", Reason: "GPULost", Severity: "condition", FaultClass: "gpu-lost",
+		Action: "replace", Active: true}}}, t0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.IngestReport(ctx, report("c1", "reporting", "boot-a", 0, listed.Add(-30*time.Second)), listed.Add(-30*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.MarkNodeRemoved(ctx, "c1", "removed-earlier", t0.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+
+	sw := store.NodeSweep{Cluster: "c1", Present: []string{"kept", "not-stored"}, ListedAt: listed, SilentBefore: listed.Add(-2 * time.Minute)}
+	got, err := s.SweepRemovedNodes(ctx, sw, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []store.SweptNode{{Name: "gone"}, {Name: "gone-diag", ActiveDiagnoses: true}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("swept %+v, want %+v", got, want)
+	}
+	for _, c := range []struct {
+		cluster, name string
+		removedAt     time.Time // zero: present
+	}{
+		{"c1", "kept", time.Time{}}, {"c1", "gone", now}, {"c1", "gone-diag", now}, {"c1", "reporting", time.Time{}},
+		{"c1", "late", time.Time{}}, {"c1", "removed-earlier", t0.Add(time.Minute)}, {"c2", "gone", time.Time{}},
+	} {
+		n, err := s.GetNode(ctx, c.cluster, c.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n.Removed() != !c.removedAt.IsZero() || !n.RemovedAt.Equal(c.removedAt) {
+			t.Errorf("%s/%s: removed %v at %v, want removed at %v (zero: present)", c.cluster, c.name, n.Removed(), n.RemovedAt, c.removedAt)
+		}
+	}
+	if again, err := s.SweepRemovedNodes(ctx, sw, now.Add(time.Minute)); err != nil || len(again) != 0 {
+		t.Fatalf("second sweep marked %+v, %v; want nothing", again, err)
+	}
+	if _, err := s.SweepRemovedNodes(ctx, store.NodeSweep{ListedAt: listed}, now); !errors.Is(err, store.ErrInvalid) {
+		t.Fatalf("sweep without a cluster: %v, want ErrInvalid", err)
 	}
 }

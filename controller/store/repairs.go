@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fleetrepair/fleetrepair/agent/finding"
 	"github.com/fleetrepair/fleetrepair/controller/decide"
@@ -411,9 +410,11 @@ type DeletionGuard func(r Repair, b DeletionBudget, breakerState json.RawMessage
 // (against deletions_per_hour), those of the repair's NodePool now in
 // deleting (against max_in_flight_per_nodepool) and those of the NodePool
 // that entered deleting in the last hour (against
-// nodepool_deletions_per_hour), decided by decide.Budget.Allows; reads the
-// breaker state through the same transaction; runs the guards (pure checks,
-// see DeletionGuard), and only then moves the repair to deleting with an
+// nodepool_deletions_per_hour); reads the breaker state through the same
+// transaction; runs the guards (pure checks, see DeletionGuard: the live
+// controller's is decide.Deletion, which decides a breaker hold before the
+// budgets); then decides the budgets by decide.Budget.Allows, whatever the
+// guards allowed; and only then moves the repair to deleting with an
 // audit entry whose detail holds the numbers. A spent budget returns a
 // *BudgetExceededError (ErrBudgetExceeded) and writes nothing. Deciders on
 // other replicas serialize on the lock, so two deletions cannot both take
@@ -453,9 +454,6 @@ func (s *Store) BeginDeletion(ctx context.Context, id int64, from ledger.State, 
 		if err := tx.QueryRow(ctx, sqlNodePoolDeletionsSince, cluster, cur.NodePool, now.Add(-time.Hour), cur.DryRun).Scan(&b.NodePoolDeletionsLastHour); err != nil {
 			return err
 		}
-		if ex := b.budget().Allows(b.counts()); ex != nil {
-			return &BudgetExceededError{RepairID: id, Budget: ex.Budget, DeletionBudget: b}
-		}
 		if len(guards) > 0 {
 			var doc []byte
 			err := tx.QueryRow(ctx, sqlGetBreakerState).Scan(&doc, new(int64))
@@ -467,6 +465,11 @@ func (s *Store) BeginDeletion(ctx context.Context, id int64, from ledger.State, 
 					return fmt.Errorf("guard: %w", err)
 				}
 			}
+		}
+		// After the guards, which decide a breaker hold before the budgets
+		// (decide.Deletion): the budgets hold whatever the guards allowed.
+		if ex := b.budget().Allows(b.counts()); ex != nil {
+			return &BudgetExceededError{RepairID: id, Budget: ex.Budget, DeletionBudget: b}
 		}
 		out, err = transition(ctx, tx, TransitionRequest{
 			ID: id, From: from, To: ledger.Deleting, Actor: actor, Reason: reason, Detail: b.auditDetail(),
@@ -525,23 +528,6 @@ func (s *Store) RepairAudit(ctx context.Context, id int64) ([]AuditEntry, error)
 		return nil, errorf(pgx.ErrNoRows, "read audit of repair %d", id)
 	}
 	return out, nil
-}
-
-// AddRepairFindings links more findings to repair id and returns how many
-// links are new; ErrNotFound when there is no such repair.
-func (s *Store) AddRepairFindings(ctx context.Context, id int64, findingIDs []string) (int, error) {
-	if len(findingIDs) == 0 {
-		return 0, nil
-	}
-	tag, err := s.pool.Exec(ctx, sqlLinkFindings, id, findingIDs)
-	var pg *pgconn.PgError
-	if errors.As(err, &pg) && pg.Code == "23503" { // foreign_key_violation: no such repair
-		return 0, errorf(pgx.ErrNoRows, "link findings to repair %d", id)
-	}
-	if err != nil {
-		return 0, errorf(err, "link findings to repair %d", id)
-	}
-	return int(tag.RowsAffected()), nil
 }
 
 // RepairFindings returns the stored findings linked to repair id, ordered by

@@ -281,9 +281,11 @@ func TestRepairFindings(t *testing.T) {
 	in := newRepair("n1", "gpu")
 	in.FindingIDs = []string{rep.Findings[2].ID}
 	r := mustOpen(t, s, in, t0)
-	n, err := s.AddRepairFindings(ctx, r.ID, []string{rep.Findings[0].ID, rep.Findings[2].ID, "gone-by-retention"})
-	if err != nil || n != 2 {
-		t.Fatalf("AddRepairFindings: %d, %v; want 2 new links", n, err)
+	// A later reconcile links more findings to the open repair, as the
+	// reconciler does (WriteNodeLedger); one already linked stays one link.
+	if _, err := s.WriteNodeLedger(ctx, store.NodeLedger{Cluster: "c1", Node: "n1", LinkTo: r.ID,
+		LinkFindings: []string{rep.Findings[0].ID, rep.Findings[2].ID, "gone-by-retention"}}, t0); err != nil {
+		t.Fatalf("link findings: %v", err)
 	}
 	fs, err := s.RepairFindings(ctx, r.ID)
 	if err != nil || len(fs) != 2 || fs[0].ID != rep.Findings[0].ID || fs[1].ID != rep.Findings[2].ID {
@@ -292,8 +294,14 @@ func TestRepairFindings(t *testing.T) {
 	if got, _ := s.GetRepair(ctx, r.ID); len(got.FindingIDs) != 3 {
 		t.Errorf("FindingIDs = %v, want 3 links", got.FindingIDs)
 	}
-	if _, err := s.AddRepairFindings(ctx, 5555, []string{"x"}); !errors.Is(err, store.ErrNotFound) {
-		t.Errorf("AddRepairFindings(missing repair) = %v, want ErrNotFound", err)
+	// Links to a repair that does not exist are refused, and nothing of
+	// that ledger is written.
+	if _, err := s.WriteNodeLedger(ctx, store.NodeLedger{Cluster: "c1", Node: "n2", LinkTo: 5555, LinkFindings: []string{"x"},
+		Diagnoses: []store.DiagnosisRecord{{Cluster: "c1", Node: "n2", Reason: "XidEvent", Severity: "event"}}}, t0); err == nil {
+		t.Error("findings linked to a missing repair: no error")
+	}
+	if ds, _ := s.ActiveDiagnoses(ctx, "c1", "n2"); len(ds) != 0 {
+		t.Errorf("a refused ledger write kept its diagnoses %+v", ds)
 	}
 }
 

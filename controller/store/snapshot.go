@@ -19,9 +19,9 @@ import (
 // docs/scale.md "priority work queue"). Each is one pipelined pgx batch,
 // which PostgreSQL runs as one implicit transaction (one Sync): all of it
 // or nothing. The statements are the ones the single-purpose functions run
-// (UpsertNodeMeta, OpenRepairForNode, FindingsForNode, BreakerState,
-// UpsertDiagnosis, OpenRepair, AddRepairFindings), so the two paths cannot
-// drift apart.
+// (OpenRepairForNode, FindingsForNode, BreakerState, OpenRepair), so the
+// two paths cannot drift apart; the node upsert, the diagnosis upsert and
+// the finding links have no single-purpose twin.
 
 const (
 	// The node's newest repair, open or closed: ListRepairs{Cluster, Node,
@@ -59,7 +59,7 @@ SELECT id FROM ins`
 // NodeSnapshot is what one reconcile reads of a node (ReadNode).
 type NodeSnapshot struct {
 	// Node is the stored node after its Kubernetes facts were recorded
-	// (UpsertNodeMeta's result: the agent's boot ID, versions, inventory,
+	// (sqlUpsertNodeMeta's result: the agent's boot ID, versions, inventory,
 	// the owners' word).
 	Node Node
 	// Open is the node's open repair (OpenRepairForNode); HasOpen is false
@@ -79,8 +79,12 @@ type NodeSnapshot struct {
 	BreakerVersion int64
 }
 
-// ReadNode records a node's Kubernetes facts (UpsertNodeMeta: meta's
-// Cluster, Name, NodePool, Zone, InstanceType, NodeClaim, Labels) and reads
+// ReadNode records a node's Kubernetes facts (meta's Cluster, Name,
+// NodePool, Zone, InstanceType, NodeClaim, Labels; empty means unknown and
+// is stored as such), creating the cluster and node rows when needed and
+// clearing the node's removal (MarkNodeRemoved); it never touches the
+// agent's fields (boot ID, versions, heartbeat, last seen), so the reconciler
+// and the ingest path do not overwrite each other. It reads
 // in the same round trip everything a reconcile of it needs (NodeSnapshot):
 // one pipelined batch, one implicit transaction. findingsLimit bounds the
 // findings read (<= 0 or above MaxFindingsLimit: MaxFindingsLimit).
@@ -225,12 +229,19 @@ func optionalRepair(br pgx.BatchResults) (Repair, bool, error) {
 // NodeLedger is what one reconcile writes for a node (WriteNodeLedger).
 type NodeLedger struct {
 	Cluster, Node string
-	// Diagnoses are upserted (UpsertDiagnosis; each for Cluster and Node);
-	// every other active diagnosis of the node is deactivated
-	// (DeactivateDiagnoses).
+	// Diagnoses are upserted (each for Cluster and Node), keyed by
+	// (Cluster, Node, BootID, Reason). A new key is inserted (Created) with
+	// FirstSeen/LastSeen defaulting to now. An existing one is updated:
+	// catalog fields and Detail replaced, FirstSeen/LastSeen widened,
+	// FindingIDs merged (union, in order of first appearance, newest
+	// MaxDiagnosisFindings kept), made active again and, if it was
+	// inactive, EventRecordedAt cleared so its Event is recorded anew.
+	// Every other active diagnosis of the node is deactivated (as
+	// DeactivateDiagnoses does).
 	Diagnoses []DiagnosisRecord
 	// LinkTo, when not 0, is the node's open repair: LinkFindings are
-	// linked to it (AddRepairFindings).
+	// linked to it (a finding already linked stays one link; "" is
+	// skipped). No repair LinkTo fails the whole write.
 	LinkTo       int64
 	LinkFindings []string
 	// Open, when set, is the repair to open for the node (OpenRepair's
@@ -255,9 +266,8 @@ type NodeLedgerResult struct {
 // WriteNodeLedger writes a reconcile's verdict on one node in one round
 // trip and one transaction (a pipelined batch): the diagnoses upserted, the
 // node's other active diagnoses deactivated, and either findings linked to
-// the open repair or a repair opened (see NodeLedger). It is
-// UpsertDiagnosis, DeactivateDiagnoses, AddRepairFindings and OpenRepair
-// together, with their semantics, all or nothing. ErrInvalid for a
+// the open repair or a repair opened (see NodeLedger), all or nothing;
+// the repair is opened with OpenRepair's semantics. ErrInvalid for a
 // diagnosis or repair those refuse, or one of another node; errors are
 // wrapped "write ledger of cluster/node".
 func (s *Store) WriteNodeLedger(ctx context.Context, w NodeLedger, now time.Time) (NodeLedgerResult, error) {

@@ -222,10 +222,20 @@ var Cases = []Case{
 		Name:   "a zone breaker holds its cohort; a lone failure elsewhere is replaced",
 		Pools:  zoneFleet,
 		Inject: []Inject{{At: time.Minute, Nodes: append(nodeNames("n", 1, 6), "n20"), Findings: []map[string]any{gpuLost}}},
-		// Past the shadow's in-flight time of n20's deletion (5 minutes,
-		// docs/shadow.md "In flight"), which delays the z1 repairs in the
-		// same NodePool before they reach the breaker guard.
-		End: 20 * time.Minute,
+		End:    20 * time.Minute,
+		Want: map[string]Outcome{"n1": HeldByBreaker, "n2": HeldByBreaker, "n3": HeldByBreaker, "n4": HeldByBreaker,
+			"n5": HeldByBreaker, "n6": HeldByBreaker, "n20": Deleted},
+	},
+	{
+		// n20's deletion takes the NodePool's one in-flight slot at 11m
+		// and holds it for 5 minutes (docs/shadow.md "In flight"); the
+		// breaker is decided before the budgets, so the held cohort is in
+		// the approval queue at once, not delayed until the slot frees.
+		Name:   "a breaker-held cohort goes to on-call while its NodePool's budget is spent",
+		Pools:  zoneFleet,
+		Config: "budgets: {maxInFlightPerNodePool: 1}",
+		Inject: []Inject{{At: time.Minute, Nodes: append(nodeNames("n", 1, 6), "n20"), Findings: []map[string]any{gpuLost}}},
+		End:    12 * time.Minute,
 		Want: map[string]Outcome{"n1": HeldByBreaker, "n2": HeldByBreaker, "n3": HeldByBreaker, "n4": HeldByBreaker,
 			"n5": HeldByBreaker, "n6": HeldByBreaker, "n20": Deleted},
 	},

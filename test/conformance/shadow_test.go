@@ -28,8 +28,8 @@ func storedFleet(t *testing.T, c Case, cfg config.Config) *store.Store {
 	st := pgtest.Store(t)
 	joined := t0.Add(-time.Hour)
 	for _, n := range c.nodes() {
-		if _, err := st.UpsertNodeMeta(ctx, store.Node{Cluster: "c1", Name: n.name, NodePool: n.pool, Zone: n.zone,
-			InstanceType: "p5.48xlarge", NodeClaim: n.name + "-nc", Labels: n.labels}, joined); err != nil {
+		if _, err := st.ReadNode(ctx, store.Node{Cluster: "c1", Name: n.name, NodePool: n.pool, Zone: n.zone,
+			InstanceType: "p5.48xlarge", NodeClaim: n.name + "-nc", Labels: n.labels}, 1, joined); err != nil {
 			t.Fatal(err)
 		}
 		report(t, st, n.name, joined, nil)

@@ -73,6 +73,8 @@ var chartCases = []struct {
   extraClusters:
     - {name: west, secretName: fleetrepair-kubeconfig-west}
   podAnnotations: {team: gpu-platform}
+  findingRetention: 2160h
+  findingCompaction: false
 networkPolicy:
   egress: {enabled: true, to: [{ipBlock: {cidr: 10.0.0.0/8}}]}
 agent:
@@ -241,6 +243,70 @@ func TestChart(t *testing.T) {
 		} {
 			if _, err := render(t, c.values); err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Errorf("values %q: err = %v, want it to say %q", c.values, err, c.want)
+			}
+		}
+	})
+
+	// The findings' retention and compaction reach the controller as its
+	// flags, defaults included, and a value that is not a duration or a
+	// boolean fails the install.
+	t.Run("FindingHistory", func(t *testing.T) {
+		for _, c := range []struct {
+			values string
+			want   []string
+		}{
+			{baseValues, []string{"--finding-retention=720h", "--finding-compaction=true"}},
+			{baseValues + "  findingCompaction: false\n  findingRetention: 168h\n", []string{"--finding-retention=168h", "--finding-compaction=false"}},
+			{baseValues + "  findingRetention: \"0\"\n", []string{"--finding-retention=0", "--finding-compaction=true"}},
+		} {
+			objs, err := render(t, c.values)
+			if err != nil {
+				t.Fatalf("values %q: %v", c.values, err)
+			}
+			args := typed[appsv1.Deployment](t, find(objs, "Deployment", "fleetrepair-controller")).Spec.Template.Spec.Containers[0].Args
+			for _, w := range c.want {
+				if !slices.Contains(args, w) {
+					t.Errorf("values %q: controller args %v, want %s", c.values, args, w)
+				}
+			}
+			checkFlags(t, objs, flags)
+		}
+		for _, bad := range []string{"  findingCompaction: \"no\"\n", "  findingRetention: 30d\n"} {
+			if _, err := render(t, baseValues+bad); err == nil {
+				t.Errorf("values %q rendered; want the schema to refuse them", bad)
+			}
+		}
+	})
+
+	// The controller's memory limit is also the Go runtime's soft limit
+	// (GOMEMLIMIT from the container's limits.memory), and a chart without
+	// a limit sets none.
+	t.Run("MemoryLimit", func(t *testing.T) {
+		for _, c := range []struct {
+			values string
+			limit  string // "": no GOMEMLIMIT
+		}{
+			{baseValues, "2Gi"},
+			{baseValues + "  resources: {requests: {cpu: 500m, memory: 1Gi}, limits: {memory: 4Gi}}\n", "4Gi"},
+			{baseValues + "  resources: {limits: null}\n", ""}, // helm merges maps: null drops the default limit
+		} {
+			objs, err := render(t, c.values)
+			if err != nil {
+				t.Fatalf("values %q: %v", c.values, err)
+			}
+			ctr := typed[appsv1.Deployment](t, find(objs, "Deployment", "fleetrepair-controller")).Spec.Template.Spec.Containers[0]
+			var ref string
+			for _, e := range ctr.Env {
+				if e.Name == "GOMEMLIMIT" && e.ValueFrom != nil && e.ValueFrom.ResourceFieldRef != nil {
+					ref = e.ValueFrom.ResourceFieldRef.ContainerName + "/" + e.ValueFrom.ResourceFieldRef.Resource
+				}
+			}
+			got := ctr.Resources.Limits.Memory().String()
+			switch {
+			case c.limit == "" && ref != "":
+				t.Errorf("values %q: GOMEMLIMIT from %s without a memory limit", c.values, ref)
+			case c.limit != "" && (ref != ctr.Name+"/limits.memory" || got != c.limit):
+				t.Errorf("values %q: GOMEMLIMIT from %q, limit %s; want %s/limits.memory and %s", c.values, ref, got, ctr.Name, c.limit)
 			}
 		}
 	})

@@ -16,11 +16,14 @@ import (
 
 	"github.com/google/uuid"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
@@ -150,9 +153,42 @@ func (h *harness) setupOtherClusters(ctx context.Context, first int) ([]*node, e
 	return out, nil
 }
 
+// createBackoff is how often and how long createBareNode retries an API
+// server's transient answer: 7 tries over about a minute (0.5 s doubling,
+// 10% jitter), as a client of a loaded API server would.
+var createBackoff = wait.Backoff{Steps: 7, Duration: 500 * time.Millisecond, Factor: 2, Jitter: 0.1}
+
+// transient reports whether err is an API server answer worth retrying: a
+// timeout (etcd's "request timed out" is a 500 under load), throttling,
+// unavailable or an internal error.
+func transient(err error) bool {
+	return apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) || apierrors.IsTooManyRequests(err) ||
+		apierrors.IsServiceUnavailable(err) || apierrors.IsInternalError(err) || apierrors.IsUnexpectedServerError(err)
+}
+
 // createBareNode creates n's Node, Ready, with 8 GPUs, its zone and
-// instance type, in one request.
+// instance type, in one request, retried on a transient answer
+// (createBackoff); AlreadyExists after a retry is the earlier try having
+// landed. Ten minutes into the 50 API servers of the fleet scenario, one
+// etcd timeout used to fail the whole setup.
 func createBareNode(ctx context.Context, cs kubernetes.Interface, n *node) error {
+	tries := 0
+	err := retry.OnError(createBackoff, transient, func() error {
+		tries++
+		err := createBareNodeOnce(ctx, cs, n)
+		if tries > 1 && apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("create node %s/%s (%d tries): %w", n.cluster, n.name, tries, err)
+	}
+	return nil
+}
+
+// createBareNodeOnce is one create request of createBareNode.
+func createBareNodeOnce(ctx context.Context, cs kubernetes.Interface, n *node) error {
 	gpus := resource.MustParse("8")
 	now := metav1.Now()
 	_, err := cs.CoreV1().Nodes().Create(ctx, &corev1.Node{
@@ -168,10 +204,7 @@ func createBareNode(ctx context.Context, cs kubernetes.Interface, n *node) error
 			NodeInfo: corev1.NodeSystemInfo{KernelVersion: "6.8.0-1015-aws", OSImage: "Amazon Linux 2023"},
 		},
 	}, metav1.CreateOptions{})
-	if err != nil {
-		return fmt.Errorf("create node %s/%s: %w", n.cluster, n.name, err)
-	}
-	return nil
+	return err
 }
 
 // steady is the steady phase: heartbeats and background findings for

@@ -118,7 +118,7 @@ fleetrepair_repairs{cluster="c1",held_by="breaker",state="awaiting_approval"} 2
 	// Budgets left: every cluster's deletions per hour, and a NodePool's
 	// budgets once one of its nodes is stored (the schema's defaults: 10 per
 	// hour per cluster, 1 in flight and 5 per hour per NodePool).
-	if _, err := st.UpsertNodeMeta(ctx, store.Node{Cluster: "c2", Name: "m1", NodePool: "gpu"}, now); err != nil {
+	if _, err := st.ReadNode(ctx, store.Node{Cluster: "c2", Name: "m1", NodePool: "gpu"}, 1, now); err != nil {
 		t.Fatal(err)
 	}
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(`

@@ -35,7 +35,7 @@ func seedFleet(t *testing.T, st *store.Store) {
 	ctx, now := context.Background(), time.Now()
 	for i := range 7 {
 		name := fmt.Sprintf("n%d", i)
-		if _, err := st.UpsertNodeMeta(ctx, store.Node{Cluster: "c1", Name: name, NodePool: "gpu", Zone: "z1"}, now); err != nil {
+		if _, err := st.ReadNode(ctx, store.Node{Cluster: "c1", Name: name, NodePool: "gpu", Zone: "z1"}, 1, now); err != nil {
 			t.Fatal(err)
 		}
 		seen := now
@@ -50,8 +50,8 @@ func seedFleet(t *testing.T, st *store.Store) {
 			t.Fatal(err)
 		}
 	}
-	if _, _, err := st.UpsertDiagnosis(ctx, store.DiagnosisRecord{Cluster: "c1", Node: "n1", BootID: "b", Reason: "GPULost", Severity: "condition",
-		FaultClass: "gpu-lost", Action: "replace", FirstSeen: now, LastSeen: now, Active: true}, now); err != nil {
+	if _, err := st.WriteNodeLedger(ctx, store.NodeLedger{Cluster: "c1", Node: "n1", Diagnoses: []store.DiagnosisRecord{{Cluster: "c1", Node: "n1", BootID: "b",
+		Reason: "GPULost", Severity: "condition", FaultClass: "gpu-lost", Action: "replace", FirstSeen: now, LastSeen: now, Active: true}}}, now); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := st.OpenRepair(ctx, store.Repair{Cluster: "c1", Node: "n1", NodePool: "gpu", Reason: "GPULost", FaultClass: "gpu-lost",

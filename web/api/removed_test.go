@@ -20,7 +20,7 @@ func TestRemovedNodesOutOfTheFleet(t *testing.T) {
 	ctx := context.Background()
 	now := time.Now()
 	for _, n := range []string{"n1", "n2"} {
-		if _, err := e.st.UpsertNodeMeta(ctx, store.Node{Cluster: "c1", Name: n, NodePool: "gpu"}, now.Add(-time.Hour)); err != nil {
+		if _, err := e.st.ReadNode(ctx, store.Node{Cluster: "c1", Name: n, NodePool: "gpu"}, 1, now.Add(-time.Hour)); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := e.st.IngestReport(ctx, finding.Report{SchemaVersion: finding.SchemaVersion, Cluster: "c1", Node: n, BootID: "b"}, now.Add(-time.Hour)); err != nil {

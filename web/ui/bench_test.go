@@ -51,8 +51,8 @@ func BenchmarkPages(b *testing.B) {
 	now := time.Now()
 	for i := range nodes {
 		name := fmt.Sprintf("gpu-%05d", i)
-		if _, err := st.UpsertNodeMeta(ctx, store.Node{Cluster: "c1", Name: name, NodePool: fmt.Sprintf("pool-%d", i%10),
-			Zone: fmt.Sprintf("zone-%d", i%3)}, now); err != nil {
+		if _, err := st.ReadNode(ctx, store.Node{Cluster: "c1", Name: name, NodePool: fmt.Sprintf("pool-%d", i%10),
+			Zone: fmt.Sprintf("zone-%d", i%3)}, 1, now); err != nil {
 			b.Fatal(err)
 		}
 		fs := make([]finding.Finding, perNode)

@@ -111,7 +111,7 @@ func (e *env) seed(t *testing.T) {
 	ctx := context.Background()
 	nodes := []struct{ name, zone string }{{"gpu-1", "us-east-1c"}, {"gpu-2", "us-east-1c"}, {"gpu-3", "us-east-1c"}, {"gpu-4", "us-east-1a"}, {"gpu-5", "us-east-1a"}}
 	for _, n := range nodes {
-		if _, err := e.st.UpsertNodeMeta(ctx, store.Node{Cluster: "c1", Name: n.name, NodePool: "gpu", Zone: n.zone, NodeClaim: "nc-" + n.name}, e.now); err != nil {
+		if _, err := e.st.ReadNode(ctx, store.Node{Cluster: "c1", Name: n.name, NodePool: "gpu", Zone: n.zone, NodeClaim: "nc-" + n.name}, 1, e.now); err != nil {
 			t.Fatal(err)
 		}
 		rep := finding.Report{SchemaVersion: finding.SchemaVersion, Cluster: "c1", Node: n.name, BootID: "boot-" + n.name, SentAt: e.now,

@@ -78,7 +78,7 @@ func TestLiveAcrossReplicas(t *testing.T) {
 	now := time.Now().UTC()
 	var held []int64
 	for _, n := range []string{"gpu-1", "gpu-2", "gpu-3"} {
-		if _, err := a.st.UpsertNodeMeta(ctx, store.Node{Cluster: "c1", Name: n, NodePool: "gpu", Zone: "us-east-1c", NodeClaim: "nc-" + n}, now); err != nil {
+		if _, err := a.st.ReadNode(ctx, store.Node{Cluster: "c1", Name: n, NodePool: "gpu", Zone: "us-east-1c", NodeClaim: "nc-" + n}, 1, now); err != nil {
 			t.Fatal(err)
 		}
 		rp, _, err := a.st.OpenRepair(ctx, store.Repair{Cluster: "c1", Node: n, NodeClaim: "nc-" + n, NodeClaimUID: "uid-" + n, NodePool: "gpu",
