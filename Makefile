@@ -69,12 +69,17 @@ bench:
 ## controller with perf in the steady phase. The controller is built first (not during setup, where
 ## it competed with the API servers for the CPU). The harness prints its pprof address at start, its
 ## own RSS every 30 s and each phase's figures as the phase ends (also into bin/load-$(LOAD_NODES).txt),
-## and writes a heap profile of itself every LOAD_HEAP_EVERY into the logs folder.
+## and writes a heap profile of itself every LOAD_HEAP_EVERY into the logs folder. Every LOAD_* value
+## is passed on as its -load.* flag (docs/scale.md "Commands"); a value the run cannot use
+## (LOAD_NODES=0, LOAD_REPLICAS=3, ...) is refused before anything starts. LOAD_PG_OUTAGE=0 (or
+## negative) runs no PostgreSQL outage; LOAD_DB_POOL=0 leaves the controller's own pool size (32).
 LOAD_NODES      ?= 1000
 LOAD_CLUSTERS   ?= 1
 LOAD_FIRST_NODES ?= 0
 LOAD_PROFILE    ?=
 LOAD_REPLICAS   ?= 2
+LOAD_ZONES      ?= 4
+LOAD_HEARTBEAT  ?= 30s
 LOAD_WORKERS    ?= 16
 LOAD_STEADY     ?= 60s
 LOAD_PG_OUTAGE  ?= 60s
@@ -86,6 +91,7 @@ load:
 	$(GO) build -o $(BIN)/fleetrepair ./cmd/fleetrepair
 	$(GO) test ./test/load -run '^$$' -bench '^BenchmarkLoad$$' -benchtime 1x -timeout 120m -args -load.binary=$(CURDIR)/$(BIN)/fleetrepair \
 		-load.nodes=$(LOAD_NODES) -load.clusters=$(LOAD_CLUSTERS) -load.first-cluster-nodes=$(LOAD_FIRST_NODES) -load.profile=$(LOAD_PROFILE) -load.replicas=$(LOAD_REPLICAS) -load.workers=$(LOAD_WORKERS) \
+		-load.zones=$(LOAD_ZONES) -load.heartbeat=$(LOAD_HEARTBEAT) \
 		-load.steady=$(LOAD_STEADY) -load.pg-outage=$(LOAD_PG_OUTAGE) -load.toleration=$(LOAD_TOLERATION) -load.db-pool=$(LOAD_DB_POOL) -load.heap-every=$(LOAD_HEAP_EVERY) \
 		-load.out=$(CURDIR)/$(BIN)/load-$(LOAD_NODES).txt -load.logs=$(CURDIR)/$(BIN)/load-logs-$(LOAD_NODES)
 

@@ -16,6 +16,12 @@
 // test fails with a message naming `make kube-tools` (no silent skip: make
 // test needs them, and .ci/run builds them). Starting one environment takes
 // 3–4 s on an idle machine and about 300 MiB of memory.
+//
+// etcd and kube-apiserver die with the test process however it ends
+// (SIGTERM, Ctrl-C, go test -timeout, SIGKILL), not only through Stop: each
+// is started through a test/parentdeath wrapper, which gives it SIGKILL as
+// its parent-death signal. A test ended that way leaves etcd's data and
+// certificate folders in the system temp folder; Stop removes them.
 package envtest
 
 import (
@@ -24,6 +30,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -38,6 +45,7 @@ import (
 	karpapis "sigs.k8s.io/karpenter/pkg/apis"
 
 	"github.com/fleetrepair/fleetrepair/controller/kube"
+	"github.com/fleetrepair/fleetrepair/test/parentdeath"
 )
 
 // ModulePath is the fleetrepair module path; its go.mod marks the root that
@@ -93,7 +101,7 @@ type Env struct {
 	AssetsDir string
 
 	env        *crenvtest.Environment
-	wrapperDir string // the GoGC wrapper's folder, removed by Stop
+	wrapperDir string // the parent-death wrappers' folder, removed by Stop
 	stopOnce   sync.Once
 	stopErr    error
 }
@@ -166,17 +174,31 @@ func start(dir string, o Options) (*Env, error) {
 	for _, crd := range o.CRDs {
 		te.CRDs = append(te.CRDs, crd.DeepCopy())
 	}
-	api := te.ControlPlane.GetAPIServer()
-	var wrapperDir string
-	api.Path = filepath.Join(dir, "kube-apiserver")
-	if o.GoGC > 0 {
-		wrapper, err := gcWrapper(api.Path, o.GoGC)
-		if err != nil {
-			return nil, err
-		}
-		api.Path, wrapperDir = wrapper, filepath.Dir(wrapper)
+	// etcd and kube-apiserver die with the test process however it ends
+	// (test/parentdeath): envtest starts them in their own process group
+	// and sets no parent-death signal, so a test killed before its
+	// cleanups left both running under init.
+	wrapperDir, err := os.MkdirTemp("", "envtest-bin-")
+	if err != nil {
+		return nil, fmt.Errorf("write etcd and kube-apiserver wrappers: %w", err)
 	}
-	te.ControlPlane.Etcd = &crenvtest.Etcd{Path: filepath.Join(dir, "etcd")}
+	var apiEnv []string
+	if o.GoGC > 0 {
+		apiEnv = append(apiEnv, "GOGC="+strconv.Itoa(o.GoGC))
+	}
+	apiPath, err := parentdeath.Wrapper(wrapperDir, filepath.Join(dir, "kube-apiserver"), apiEnv...)
+	if err != nil {
+		_ = os.RemoveAll(wrapperDir)
+		return nil, err
+	}
+	etcdPath, err := parentdeath.Wrapper(wrapperDir, filepath.Join(dir, "etcd"))
+	if err != nil {
+		_ = os.RemoveAll(wrapperDir)
+		return nil, err
+	}
+	api := te.ControlPlane.GetAPIServer()
+	api.Path = apiPath
+	te.ControlPlane.Etcd = &crenvtest.Etcd{Path: etcdPath}
 	args := api.Configure()
 	args.Set("authorization-mode", "RBAC")
 	// Stop waits at most 2 s for open watches (an informer's watch has no
@@ -191,9 +213,7 @@ func start(dir string, o Options) (*Env, error) {
 	cfg, err := te.Start()
 	if err != nil {
 		_ = te.Stop()
-		if wrapperDir != "" {
-			_ = os.RemoveAll(wrapperDir)
-		}
+		_ = os.RemoveAll(wrapperDir)
 		return nil, fmt.Errorf("start kube-apiserver from %s: %w", dir, err)
 	}
 	c, err := client.New(cfg, client.Options{Scheme: kube.Scheme})
@@ -214,22 +234,6 @@ func start(dir string, o Options) (*Env, error) {
 	return e, nil
 }
 
-// gcWrapper writes a shell script that runs bin with GOGC=gogc (envtest
-// starts its binaries with the test's own environment and has no
-// per-process one) and returns its path, in a new temporary folder.
-func gcWrapper(bin string, gogc int) (string, error) {
-	dir, err := os.MkdirTemp("", "envtest-apiserver-")
-	if err != nil {
-		return "", fmt.Errorf("write kube-apiserver wrapper: %w", err)
-	}
-	path := filepath.Join(dir, "kube-apiserver")
-	script := fmt.Sprintf("#!/bin/sh\nGOGC=%d exec '%s' \"$@\"\n", gogc, bin)
-	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
-		return "", fmt.Errorf("write kube-apiserver wrapper: %w", err)
-	}
-	return path, nil
-}
-
 // Stop stops the cluster's kube-apiserver and etcd and removes etcd's data.
 // It is idempotent; Start registers it with t.Cleanup, and a test calls it
 // itself to take a cluster down mid-test.
@@ -238,9 +242,7 @@ func (e *Env) Stop() error {
 		if err := e.env.Stop(); err != nil {
 			e.stopErr = fmt.Errorf("stop kube-apiserver and etcd: %w", err)
 		}
-		if e.wrapperDir != "" {
-			_ = os.RemoveAll(e.wrapperDir)
-		}
+		_ = os.RemoveAll(e.wrapperDir)
 	})
 	return e.stopErr
 }

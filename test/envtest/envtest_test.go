@@ -1,12 +1,18 @@
 package envtest_test
 
 import (
+	"bufio"
 	"context"
+	"fmt"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -123,4 +129,89 @@ func TestGoGC(t *testing.T) {
 		return
 	}
 	t.Fatalf("no kube-apiserver process serves port %s", u.Port())
+}
+
+// clusterHelperEnv makes TestClusterHelperProcess the helper of
+// TestClusterDiesWithTest.
+const clusterHelperEnv = "ENVTEST_TEST_CLUSTER_HELPER"
+
+// TestClusterHelperProcess starts a cluster, prints the PIDs of its etcd
+// and kube-apiserver and waits to be killed.
+func TestClusterHelperProcess(t *testing.T) {
+	if os.Getenv(clusterHelperEnv) == "" {
+		t.Skip("run by TestClusterDiesWithTest")
+	}
+	envtest.Start(t, envtest.Options{})
+	self := strconv.Itoa(os.Getpid())
+	dirs, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range dirs {
+		stat, err := os.ReadFile(filepath.Join("/proc", d.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+		exe, _ := os.Readlink(filepath.Join("/proc", d.Name(), "exe"))
+		if len(f) > 1 && f[1] == self && (filepath.Base(exe) == "etcd" || filepath.Base(exe) == "kube-apiserver") {
+			fmt.Printf("child %s %s\n", filepath.Base(exe), d.Name())
+		}
+	}
+	fmt.Println("started")
+	time.Sleep(10 * time.Minute)
+}
+
+// TestClusterDiesWithTest SIGKILLs a test process that runs a cluster, so
+// no cleanup runs, and checks that its etcd and kube-apiserver die with it.
+func TestClusterDiesWithTest(t *testing.T) {
+	helper := exec.Command(os.Args[0], "-test.run=^TestClusterHelperProcess$", "-test.v")
+	helper.Env = append(os.Environ(), clusterHelperEnv+"=1")
+	out, err := helper.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := helper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = helper.Process.Kill(); _ = helper.Wait() })
+	children := map[string]int{}
+	sc := bufio.NewScanner(out)
+	for sc.Scan() && sc.Text() != "started" {
+		var name string
+		var pid int
+		if _, err := fmt.Sscanf(sc.Text(), "child %s %d", &name, &pid); err == nil {
+			children[name] = pid
+		}
+	}
+	if children["etcd"] == 0 || children["kube-apiserver"] == 0 {
+		t.Fatalf("the helper reported children %v, want etcd and kube-apiserver (scan: %v)", children, sc.Err())
+	}
+	for _, pid := range children {
+		t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+	}
+	if err := helper.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = helper.Wait()
+	deadline := time.Now().Add(60 * time.Second)
+	for name, pid := range children {
+		for running(pid) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s (pid %d) outlived the test process that started it by 60 s", name, pid)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}
+
+// running reports whether pid exists and is not a zombie (a container's
+// init may never reap it).
+func running(pid int) bool {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return false
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	return i >= 0 && i+2 < len(b) && b[i+2] != 'Z' && b[i+2] != 'X'
 }

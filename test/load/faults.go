@@ -224,6 +224,7 @@ type faultHarness struct {
 // Setup failures end the test; fault outcomes are in FaultResult.Failures.
 func RunFaults(tb testing.TB, cfg FaultConfig) *FaultResult {
 	tb.Helper()
+	setControllerRuntimeLogger()
 	cfg.defaults()
 	h := &faultHarness{tb: tb, cfg: cfg, res: &FaultResult{Config: cfg, BadTokenAnswers: map[int]int64{}}, st: newAgentStats(),
 		log: cfg.Logf, enqueued: map[string]*fnode{}, killedAt: map[string]bool{}, late: map[string]time.Time{}}

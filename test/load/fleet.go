@@ -129,6 +129,7 @@ func (h *harness) setupOtherClusters(ctx context.Context, first int) ([]*node, e
 	for i := 0; i < n; i += batch {
 		envs := envtest.StartN(h.tb, min(batch, n-i), envtest.Options{GoGC: h.cfg.SmallAPIServerGOGC, StartTimeout: 3 * time.Minute})
 		for j, env := range envs {
+			h.stops.add(func() { _ = env.Stop() })
 			_, cs, err := h.clients(env)
 			if err != nil {
 				return nil, err

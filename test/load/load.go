@@ -106,9 +106,11 @@ type Config struct {
 	Resync                   time.Duration // controller --resync (10s, its default)
 	Workers                  int           // controller --workers (16, its default)
 	// DBPoolConns, when > 0, is pool_max_conns in the controllers'
-	// --database-url. 0 leaves pgxpool's default, max(4, CPUs): 4 on the
-	// 2-core machine, which deadlocks the controller when --workers
-	// deletion guards run at once (docs/scale.md, "Load harness").
+	// --database-url. 0 sets none: the controller's own pool size,
+	// store.DefaultMaxConns (32, controller/store/store.go). (pgxpool's
+	// default, max(4, CPUs), deadlocked the controller on 2 cores when
+	// --workers deletion guards ran at once: docs/scale.md, "Controller
+	// problems the harness found".)
 	DBPoolConns int
 	Replicas    int // controller replicas, 1 or 2 (2); 2 runs with --leader-elect
 	// KillLeader SIGKILLs the replica holding the cluster's Lease in the
@@ -140,7 +142,7 @@ type Config struct {
 func (c *Config) defaults() {
 	orDefault(&c.Nodes, 1000)
 	orDefault(&c.Clusters, 1)
-	orDefault(&c.FirstClusterNodes, min(10000, c.Nodes/2))
+	orDefault(&c.FirstClusterNodes, max(0, min(10000, c.Nodes/2)))
 	orDefault(&c.SmallAPIServerGOGC, 25)
 	orDefault(&c.ProfileFor, 20*time.Second)
 	orDefault(&c.Zones, 4)
@@ -164,7 +166,7 @@ func (c *Config) defaults() {
 	orDefault(&c.Drain, 3*time.Minute)
 	orDefault(&c.SelfEvery, 30*time.Second)
 	orDefault(&c.HeapProfileEvery, 5*time.Minute)
-	if c.Background == 0 {
+	if c.Background == 0 && c.Nodes > 0 { // negative Nodes are refused by validate
 		c.Background = float64(c.Nodes) / 100
 	}
 	if c.Logf == nil {
@@ -187,6 +189,10 @@ type Phase struct {
 	HarnessRSS                                                   int64         // largest RSS of this process, sampled every second, bytes
 	APIRequests                                                  float64       // apiserver_request_total delta, the harness's own taken out
 	APIByVerb                                                    map[string]float64
+	// LoadStart and LoadEnd are the machine's 1-minute load average
+	// (/proc/loadavg) when the phase started and ended: everything on the
+	// machine, other runs included, competes for the same CPUs.
+	LoadStart, LoadEnd float64
 }
 
 // Rate is accepted reports per second.
@@ -259,12 +265,12 @@ type replica struct {
 // Result.Failures.
 func Run(tb testing.TB, cfg Config) *Result {
 	tb.Helper()
-	cfg.defaults()
-	if cfg.Replicas < 1 || cfg.Replicas > 2 || cfg.Zones < 2 || (cfg.KillLeader && cfg.Replicas < 2) || cfg.Clusters < 1 ||
-		(cfg.Clusters > 1 && (cfg.FirstClusterNodes < 1 || cfg.Nodes-cfg.FirstClusterNodes < cfg.Clusters-1)) {
-		tb.Fatalf("load config: replicas %d (1 or 2), zones %d (>= 2), killLeader %v (needs 2 replicas), clusters %d with %d of %d nodes in the first (every cluster needs a node)",
-			cfg.Replicas, cfg.Zones, cfg.KillLeader, cfg.Clusters, cfg.FirstClusterNodes, cfg.Nodes)
+	// Every field is checked before anything starts: a bad one fails the
+	// run in well under a second, with nothing left to stop.
+	if err := checkConfig(&cfg); err != nil {
+		tb.Fatal(err)
 	}
+	setControllerRuntimeLogger()
 	h := &harness{tb: tb, cfg: cfg, res: &Result{Config: cfg}, st: newAgentStats(), prog: &progress{w: cfg.Progress}}
 	h.log = func(format string, args ...any) {
 		cfg.Logf(format, args...)
@@ -272,6 +278,7 @@ func Run(tb testing.TB, cfg Config) *Result {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	tb.Cleanup(cancel)
+	tb.Cleanup(stopOnSignal(&h.stops, h.log, os.Exit))
 	go h.watchSelf(ctx)
 	begin := time.Now()
 	h.setup(ctx)
@@ -303,6 +310,8 @@ type harness struct {
 	// last phase start (watchSelf).
 	prog    *progress
 	selfRSS atomic.Int64
+	// stops is what setup started, stopped on SIGINT or SIGTERM.
+	stops stopList
 
 	pg        *pgtemp.Server
 	pgCPU     float64 // CPU seconds of earlier postmasters (before a Halt)
@@ -349,7 +358,9 @@ func (h *harness) setup(ctx context.Context) {
 	}
 	h.pg = pg
 	h.tb.Cleanup(func() { _ = pg.Stop() })
+	h.stops.add(func() { _ = pg.Stop() })
 	h.env = envtest.Start(h.tb, envtest.Options{})
+	h.stops.add(func() { _ = h.env.Stop() })
 	if h.kc, h.cs, err = h.clients(h.env); err != nil {
 		h.fatal("%v", err)
 	}
@@ -511,7 +522,7 @@ func (h *harness) startReplica(ctx context.Context, bin string, i int) *replica 
 	}
 	r := &replica{name: name, url: &url.URL{Scheme: "http", Host: "127.0.0.1:" + strconv.Itoa(port)}, cmd: cmd, done: make(chan struct{})}
 	go func() { _ = cmd.Wait(); logf.Close(); close(r.done) }()
-	h.tb.Cleanup(func() {
+	stop := func() {
 		if !r.dead.Load() {
 			_ = cmd.Process.Signal(syscall.SIGTERM)
 			select {
@@ -521,6 +532,10 @@ func (h *harness) startReplica(ctx context.Context, bin string, i int) *replica 
 				<-r.done
 			}
 		}
+	}
+	h.stops.add(stop)
+	h.tb.Cleanup(func() {
+		stop()
 		if h.tb.Failed() {
 			b, _ := os.ReadFile(logPath)
 			if len(b) > 4000 {
@@ -733,9 +748,11 @@ func (h *harness) phase(ctx context.Context, name string, fn func()) {
 		r.rss.Store(0)
 	}
 	h.selfRSS.Store(0)
+	load0, _ := loadAverage()
 	start := time.Now()
 	fn()
-	p := Phase{Name: name, Duration: time.Since(start)}
+	p := Phase{Name: name, Duration: time.Since(start), LoadStart: load0}
+	p.LoadEnd, _ = loadAverage()
 	secs := p.Duration.Seconds()
 	c := h.st.counts().sub(c0)
 	p.Accepted, p.TooMany, p.ServerErrors, p.ClientErrors, p.NetworkErrors = c.ok, c.tooMany, c.server, c.client, c.network

@@ -111,6 +111,30 @@ func rssBytes(pid int) (int64, error) {
 	return 0, fmt.Errorf("read /proc/%d/status: no VmRSS", pid)
 }
 
+// loadAverage is the machine's 1-minute load average, the first field of
+// /proc/loadavg.
+func loadAverage() (float64, error) {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0, fmt.Errorf("read /proc/loadavg: %w", err)
+	}
+	return parseLoadAvg(b)
+}
+
+// parseLoadAvg reads the 1-minute load average of a /proc/loadavg line
+// ("1.62 1.48 1.35 3/412 12345").
+func parseLoadAvg(b []byte) (float64, error) {
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0, fmt.Errorf("parse /proc/loadavg %q: empty", b)
+	}
+	v, err := strconv.ParseFloat(f[0], 64)
+	if err != nil {
+		return 0, fmt.Errorf("parse /proc/loadavg %q: %w", b, err)
+	}
+	return v, nil
+}
+
 // apiRequests is apiserver_request_total from the API server's /metrics
 // text: the sum over every label set, and per "VERB resource".
 type apiRequests struct {

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/fleetrepair/fleetrepair/controller/store"
 )
 
 // WriteTable writes the run's figures as plain-text tables: one row per
@@ -20,7 +22,7 @@ func (r *Result) WriteTable(w io.Writer) error {
 	}
 	fmt.Fprintf(&b, "fleetrepair load: %d nodes in %d zones, %s, %d controller replica(s) (--workers %d, --toleration %s, --resync %s), heartbeat %s, background %.0f findings/s\n",
 		c.Nodes, c.Zones, clusters, c.Replicas, c.Workers, c.Toleration, c.Resync, c.Heartbeat, c.Background)
-	pool := "pgxpool default"
+	pool := fmt.Sprintf("the controller's default, %d connections (store.DefaultMaxConns)", store.DefaultMaxConns)
 	if c.DBPoolConns > 0 {
 		pool = fmt.Sprintf("pool_max_conns=%d", c.DBPoolConns)
 	}
@@ -34,6 +36,7 @@ func (r *Result) WriteTable(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	b.WriteString(phaseLegend)
 	fmt.Fprintln(&b)
 	for _, p := range r.Phases {
 		fmt.Fprintf(&b, "apiserver requests in %s (harness excluded): %s\n", p.Name, verbs(p.APIByVerb))
@@ -53,8 +56,8 @@ func (r *Result) WriteTable(w io.Writer) error {
 	}
 	fmt.Fprintf(&b, "wave: %d nodes of %s report Xid 79 within %s\n", r.WaveNodes, "zone-a", c.WaveSpread)
 	if r.WaveCohort != "" {
-		fmt.Fprintf(&b, "  breaker %s tripped %s after the first failing report, %s after the last one was acknowledged\n",
-			r.WaveCohort, r.TripAfter.Round(time.Millisecond), r.TripLast.Round(time.Millisecond))
+		fmt.Fprintf(&b, "  breaker %s tripped %s after the first failing report, %s\n",
+			r.WaveCohort, r.TripAfter.Round(time.Millisecond), relativeTo(r.TripLast, "the last one was acknowledged"))
 	} else {
 		fmt.Fprintf(&b, "  no breaker tripped\n")
 	}
@@ -96,13 +99,33 @@ func (r *Result) writeVerdict(w io.Writer, b *strings.Builder) error {
 // writePhaseHeader and writePhaseRow are the phase table's header and one
 // phase's row (tab-separated, for a tabwriter).
 func writePhaseHeader(w io.Writer) {
-	fmt.Fprintln(w, "phase\tseconds\taccepted/s\tp50 ms\tp99 ms\t429\t5xx\t4xx\tno answer\tctrl cores\tctrl RSS MiB\tpg cores\tharness cores\tharness RSS MiB\tapiserver req/s\t")
+	fmt.Fprintln(w, "phase\tseconds\taccepted/s\tp50 ms\tp99 ms\t429\t5xx\t4xx\tno answer\tctrl cores\tctrl RSS MiB\tpg cores\tharness cores\tharness RSS MiB\tapiserver req/s\tload avg start/end\t")
 }
 
 func writePhaseRow(w io.Writer, p Phase) {
-	fmt.Fprintf(w, "%s\t%.0f\t%.1f\t%.1f\t%.1f\t%d\t%d\t%d\t%d\t%.2f\t%.0f\t%.2f\t%.2f\t%.0f\t%.1f\t\n", p.Name, p.Duration.Seconds(), p.Rate(),
+	fmt.Fprintf(w, "%s\t%.0f\t%.1f\t%.1f\t%.1f\t%d\t%d\t%d\t%d\t%.2f\t%.0f\t%.2f\t%.2f\t%.0f\t%.1f\t%.1f/%.1f\t\n", p.Name, p.Duration.Seconds(), p.Rate(),
 		ms(p.P50), ms(p.P99), p.TooMany, p.ServerErrors, p.ClientErrors, p.NetworkErrors, p.ControllerCores,
-		float64(p.ControllerRSS)/(1<<20), p.PostgresCores, p.HarnessCores, float64(p.HarnessRSS)/(1<<20), p.APIRate())
+		float64(p.ControllerRSS)/(1<<20), p.PostgresCores, p.HarnessCores, float64(p.HarnessRSS)/(1<<20), p.APIRate(), p.LoadStart, p.LoadEnd)
+}
+
+// phaseLegend explains the phase table's less obvious columns, once, below it.
+const phaseLegend = `accepted/s, p50, p99: reports answered 2xx per second and their latency, as the agents saw it.
+429, 5xx, 4xx: reports answered so (429: the controller's backpressure, retried by the agent after Retry-After).
+no answer: POSTs that got no HTTP answer (connection refused or reset, timeout), e.g. the killed replica's agents until they move to the other one.
+ctrl cores: CPU of every controller replica together, in cores (CPU seconds / wall seconds); ctrl RSS: the largest RSS of one replica, sampled every second.
+pg cores: the postmaster and every backend; harness cores, RSS: this process (agents, API polling), which shares the CPUs.
+apiserver req/s: apiserver_request_total of every API server, the harness's own requests taken out.
+load avg start/end: the machine's 1-minute load average (/proc/loadavg) when the phase started and ended.
+`
+
+// relativeTo says d relative to an event: "1.2s after the event", or
+// "2.604s before the event" when d is negative.
+func relativeTo(d time.Duration, event string) string {
+	d = d.Round(time.Millisecond)
+	if d < 0 {
+		return fmt.Sprintf("%s before %s", -d, event)
+	}
+	return fmt.Sprintf("%s after %s", d, event)
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -1,13 +1,16 @@
 package pgtemp
 
 import (
+	"bufio"
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -155,5 +158,68 @@ func TestHaltResume(t *testing.T) {
 	}
 	if err := s.Resume(ctx); err == nil {
 		t.Error("Resume of a running server: no error")
+	}
+}
+
+// serverHelperEnv makes TestServerHelperProcess the helper of
+// TestServerDiesWithProcess.
+const serverHelperEnv = "PGTEMP_TEST_SERVER_HELPER"
+
+// TestServerHelperProcess starts a server, prints its postmaster's PID and
+// waits to be killed.
+func TestServerHelperProcess(t *testing.T) {
+	if os.Getenv(serverHelperEnv) == "" {
+		t.Skip("run by TestServerDiesWithProcess")
+	}
+	s, err := Start(context.Background(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Printf("postmaster %d\n", s.PID())
+	time.Sleep(10 * time.Minute)
+}
+
+// TestServerDiesWithProcess SIGKILLs a process that runs a server, so Stop
+// never runs, and checks that the postmaster goes down with it (its
+// parent-death signal, SIGQUIT: immediate shutdown).
+func TestServerDiesWithProcess(t *testing.T) {
+	helper := exec.Command(os.Args[0], "-test.run=^TestServerHelperProcess$", "-test.v")
+	helper.Env = append(os.Environ(), serverHelperEnv+"=1")
+	out, err := helper.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := helper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = helper.Process.Kill(); _ = helper.Wait() })
+	var pid int
+	var lines []string
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+		if _, err := fmt.Sscanf(sc.Text(), "postmaster %d", &pid); err == nil {
+			break
+		}
+	}
+	if pid == 0 {
+		t.Fatalf("the helper printed no postmaster PID: %s", strings.Join(lines, "\n"))
+	}
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+	if err := helper.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = helper.Wait()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+		i := strings.LastIndexByte(string(b), ')')
+		if err != nil || (i >= 0 && i+2 < len(b) && (b[i+2] == 'Z' || b[i+2] == 'X')) {
+			return // gone, or a zombie nobody reaps
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("postmaster %d outlived the process that started it by 60 s", pid)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
