@@ -1,12 +1,10 @@
 package envtest_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -23,6 +21,7 @@ import (
 
 	"github.com/fleetrepair/fleetrepair/controller/kube"
 	"github.com/fleetrepair/fleetrepair/test/envtest"
+	"github.com/fleetrepair/fleetrepair/test/parentdeath"
 )
 
 // TestTwoClusters starts two clusters at once and shows they are
@@ -165,18 +164,8 @@ func TestClusterHelperProcess(t *testing.T) {
 // TestClusterDiesWithTest SIGKILLs a test process that runs a cluster, so
 // no cleanup runs, and checks that its etcd and kube-apiserver die with it.
 func TestClusterDiesWithTest(t *testing.T) {
-	helper := exec.Command(os.Args[0], "-test.run=^TestClusterHelperProcess$", "-test.v")
-	helper.Env = append(os.Environ(), clusterHelperEnv+"=1")
-	out, err := helper.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := helper.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = helper.Process.Kill(); _ = helper.Wait() })
+	helper, sc := parentdeath.Helper(t, "TestClusterHelperProcess", clusterHelperEnv)
 	children := map[string]int{}
-	sc := bufio.NewScanner(out)
 	for sc.Scan() && sc.Text() != "started" {
 		var name string
 		var pid int

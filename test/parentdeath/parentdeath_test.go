@@ -1,7 +1,6 @@
 package parentdeath_test
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"os"
@@ -52,18 +51,8 @@ func TestHelperProcess(t *testing.T) {
 // and died with the helper, while the one started plainly lives on under
 // init (what envtest's etcd and kube-apiserver did).
 func TestChildDiesWithParent(t *testing.T) {
-	helper := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$", "-test.v")
-	helper.Env = append(os.Environ(), helperEnv+"=1")
-	out, err := helper.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := helper.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = helper.Process.Kill(); _ = helper.Wait() })
+	helper, sc := parentdeath.Helper(t, "TestHelperProcess", helperEnv)
 	var wrapped, plain int
-	sc := bufio.NewScanner(out)
 	for sc.Scan() {
 		if _, err := fmt.Sscanf(sc.Text(), "pids %d %d", &wrapped, &plain); err == nil {
 			break

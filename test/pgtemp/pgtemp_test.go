@@ -1,7 +1,6 @@
 package pgtemp
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"net"
@@ -14,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetrepair/fleetrepair/test/parentdeath"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -183,19 +183,9 @@ func TestServerHelperProcess(t *testing.T) {
 // never runs, and checks that the postmaster goes down with it (its
 // parent-death signal, SIGQUIT: immediate shutdown).
 func TestServerDiesWithProcess(t *testing.T) {
-	helper := exec.Command(os.Args[0], "-test.run=^TestServerHelperProcess$", "-test.v")
-	helper.Env = append(os.Environ(), serverHelperEnv+"=1")
-	out, err := helper.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := helper.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = helper.Process.Kill(); _ = helper.Wait() })
+	helper, sc := parentdeath.Helper(t, "TestServerHelperProcess", serverHelperEnv)
 	var pid int
 	var lines []string
-	sc := bufio.NewScanner(out)
 	for sc.Scan() {
 		lines = append(lines, sc.Text())
 		if _, err := fmt.Sscanf(sc.Text(), "postmaster %d", &pid); err == nil {
