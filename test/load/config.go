@@ -1,13 +1,11 @@
 package load
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -141,24 +139,7 @@ func checkMemory(clusters int, available int64) error {
 }
 
 // memAvailable is MemAvailable of /proc/meminfo, bytes.
-func memAvailable() (int64, error) {
-	f, err := os.Open("/proc/meminfo")
-	if err != nil {
-		return 0, fmt.Errorf("read /proc/meminfo: %w", err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "MemAvailable:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			if err != nil {
-				return 0, fmt.Errorf("parse MemAvailable %q: %w", v, err)
-			}
-			return kb << 10, nil
-		}
-	}
-	return 0, errors.New("read /proc/meminfo: no MemAvailable")
-}
+func memAvailable() (int64, error) { return procKB("/proc/meminfo", "MemAvailable") }
 
 // checkConfig applies cfg's defaults and validates it, the memory of its
 // API servers included: what Run does before it starts anything.

@@ -93,22 +93,29 @@ func processes() ([]int, error) {
 
 // rssBytes is the resident set size of pid (VmRSS of /proc/PID/status).
 func rssBytes(pid int) (int64, error) {
-	f, err := os.Open(filepath.Join("/proc", strconv.Itoa(pid), "status"))
+	return procKB(filepath.Join("/proc", strconv.Itoa(pid), "status"), "VmRSS")
+}
+
+// procKB reads the field "NAME:   N kB" of a /proc file such as
+// /proc/PID/status or /proc/meminfo, in bytes. Errors name the file and
+// the field.
+func procKB(path, name string) (int64, error) {
+	f, err := os.Open(path)
 	if err != nil {
-		return 0, fmt.Errorf("read /proc/%d/status: %w", pid, err)
+		return 0, fmt.Errorf("read %s: %w", path, err)
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+		if v, ok := strings.CutPrefix(sc.Text(), name+":"); ok {
 			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
 			if err != nil {
-				return 0, fmt.Errorf("parse VmRSS %q: %w", v, err)
+				return 0, fmt.Errorf("parse %s %q of %s: %w", name, v, path, err)
 			}
 			return kb << 10, nil
 		}
 	}
-	return 0, fmt.Errorf("read /proc/%d/status: no VmRSS", pid)
+	return 0, fmt.Errorf("read %s: no %s", path, name)
 }
 
 // loadAverage is the machine's 1-minute load average, the first field of
