@@ -26,7 +26,12 @@ import (
 // sent as soon as a sender is free (groupSenders at once); while one is on
 // its way the next fills, so the groups grow with the load and a lone
 // node waits for nobody. Every decision stays the reconcile's, per node:
-// only the round trips are shared. The follow-up's reconcile (the
+// only the round trips are shared, and in them the statements: a group's
+// read and its write hold one set-based statement per kind for all its
+// nodes (the node upserts, the repairs read, the findings read; the
+// diagnosis upserts, deactivations, links, repairs opened), not four to
+// six per node (controller/store snapshot.go; docs/design.md "The
+// evidence step in groups"). The follow-up's reconcile (the
 // Kubernetes writes, ledger steps past Detected) reads and writes its node
 // through the same groups.
 //

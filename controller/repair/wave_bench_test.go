@@ -111,15 +111,11 @@ func (c cpuTimes) report(b *testing.B, nodes int) {
 func (w *waveBench) cpu(b *testing.B) cpuTimes {
 	b.Helper()
 	var c cpuTimes
-	rows, _ := w.stats.Query(context.Background(),
-		`SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()`)
-	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	pg, err := pgtest.BackendCPU(context.Background(), w.stats)
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, pid := range pids {
-		c.pg += schedTime(fmt.Sprintf("/proc/%d/schedstat", pid))
-	}
+	c.pg = pg
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		b.Fatal(err)
@@ -153,21 +149,6 @@ func (w *waveBench) cpu(b *testing.B) cpuTimes {
 		c.kube += time.Duration(ut+st) * 10 * time.Millisecond
 	}
 	return c
-}
-
-// schedTime is the first field of a schedstat file: time spent on a CPU
-// (0 when it cannot be read: the process ended).
-func schedTime(path string) time.Duration {
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		return 0
-	}
-	f := strings.Fields(string(raw))
-	if len(f) == 0 {
-		return 0
-	}
-	ns, _ := strconv.ParseInt(f[0], 10, 64)
-	return time.Duration(ns)
 }
 
 func newWaveBench(b *testing.B, n, group int) *waveBench {

@@ -49,16 +49,30 @@ const (
 	diagnosisCols = `id, cluster, node, boot_id, reason, severity, fault_class, action, condition_type,
 catalog_version, first_seen, last_seen, finding_ids, active, event_recorded_at, detail, created_at, updated_at`
 
-	// All right-hand sides see the row as it was before the update: a
-	// diagnosis that comes back after being deactivated gets its Event
-	// recorded again (event_recorded_at reset). xmax = 0 only on the row an
-	// INSERT created, which tells created from updated.
-	sqlUpsertDiagnosis = `
+	// sqlUpsertDiagnoses upserts diagnoses of distinct nodes, one row per
+	// node (WriteNodeLedgers: a node's k-th diagnosis goes in the k-th
+	// statement, so that the live-feed trigger, which reads the node's
+	// other diagnoses and, being an AFTER trigger, sees every row of its
+	// statement, sees exactly what it sees when the diagnoses are written
+	// one statement each). $1-$11 are the columns' arrays, $12 each row's
+	// finding IDs (a JSON array of strings, in the caller's order; kept
+	// once each, in order of first appearance), $13 each row's detail, $14
+	// now, $15 MaxDiagnosisFindings. All right-hand sides of the update see
+	// the row as it was before it: a diagnosis that comes back after being
+	// deactivated gets its Event recorded again (event_recorded_at reset).
+	// xmax = 0 only on the row an INSERT created, which tells created from
+	// updated.
+	sqlUpsertDiagnoses = `
 INSERT INTO diagnoses AS d (cluster, node, boot_id, reason, severity, fault_class, action, condition_type,
                             catalog_version, first_seen, last_seen, finding_ids, active, detail, created_at, updated_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11,
-        ARRAY(SELECT id FROM unnest($12::text[]) WITH ORDINALITY AS t(id, ord) GROUP BY id ORDER BY min(ord)),
-        true, $13, $14, $14)
+SELECT u.cluster, u.node, u.boot_id, u.reason, u.severity, u.fault_class, u.action, u.condition_type,
+       u.catalog_version, u.first_seen, u.last_seen,
+       ARRAY(SELECT t.id FROM jsonb_array_elements_text(u.ids) WITH ORDINALITY AS t(id, ord) GROUP BY t.id ORDER BY min(t.ord)),
+       true, u.detail, $14::timestamptz, $14::timestamptz
+FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
+            $9::text[], $10::timestamptz[], $11::timestamptz[], $12::jsonb[], $13::jsonb[])
+     AS u(cluster, node, boot_id, reason, severity, fault_class, action, condition_type, catalog_version,
+          first_seen, last_seen, ids, detail)
 ON CONFLICT (cluster, node, boot_id, reason) DO UPDATE SET
     severity = excluded.severity,
     fault_class = excluded.fault_class,
@@ -98,33 +112,61 @@ LIMIT $3`
 	sqlMarkEventRecorded = `UPDATE diagnoses SET event_recorded_at = $2, updated_at = $2 WHERE id = $1`
 )
 
-// upsertDiagnosisArgs checks d and returns sqlUpsertDiagnosis's arguments
-// (WriteNodeLedger); ErrInvalid for a diagnosis without cluster, node or
-// reason.
-func upsertDiagnosisArgs(d DiagnosisRecord, now time.Time) ([]any, error) {
+// diagnosisRow is one diagnosis checked and encoded for
+// sqlUpsertDiagnoses: FirstSeen and LastSeen defaulted, FindingIDs and
+// Detail as JSON.
+type diagnosisRow struct {
+	d           DiagnosisRecord
+	ids, detail []byte
+}
+
+// newDiagnosisRow checks d and prepares its row (WriteNodeLedger);
+// ErrInvalid for a diagnosis without cluster, node or reason.
+func newDiagnosisRow(d DiagnosisRecord, now time.Time) (diagnosisRow, error) {
 	if d.Cluster == "" || d.Node == "" || d.Reason == "" {
-		return nil, invalidf("upsert diagnosis: cluster, node and reason are required")
+		return diagnosisRow{}, invalidf("upsert diagnosis: cluster, node and reason are required")
 	}
-	first, last := d.FirstSeen, d.LastSeen
-	if first.IsZero() {
-		first = now
+	if d.FirstSeen.IsZero() {
+		d.FirstSeen = now
 	}
-	if last.IsZero() {
-		last = now
+	if d.LastSeen.IsZero() {
+		d.LastSeen = now
 	}
-	if last.Before(first) {
-		last = first
+	if d.LastSeen.Before(d.FirstSeen) {
+		d.LastSeen = d.FirstSeen
 	}
 	detail, err := marshalOr(d.Detail, "{}")
 	if err != nil {
-		return nil, invalidf("upsert diagnosis: encode detail")
+		return diagnosisRow{}, invalidf("upsert diagnosis: encode detail")
 	}
-	ids := d.FindingIDs
-	if ids == nil {
-		ids = []string{}
+	ids, err := marshalOr(d.FindingIDs, "[]")
+	if err != nil {
+		return diagnosisRow{}, invalidf("upsert diagnosis: encode finding IDs")
 	}
-	return []any{d.Cluster, d.Node, d.BootID, d.Reason, d.Severity,
-		d.FaultClass, d.Action, d.ConditionType, d.CatalogVersion, first, last, ids, detail, now, MaxDiagnosisFindings}, nil
+	return diagnosisRow{d: d, ids: ids, detail: detail}, nil
+}
+
+// diagnosisColumns are the arrays of one sqlUpsertDiagnoses statement.
+type diagnosisColumns struct {
+	cluster, node, boot, reason, severity, faultClass, action, condition, catalog []string
+	first, last                                                                   []time.Time
+	ids, detail                                                                   [][]byte
+}
+
+// add appends r as the next row.
+func (c *diagnosisColumns) add(r diagnosisRow) {
+	d := r.d
+	c.cluster, c.node, c.boot, c.reason = append(c.cluster, d.Cluster), append(c.node, d.Node), append(c.boot, d.BootID), append(c.reason, d.Reason)
+	c.severity, c.faultClass, c.action = append(c.severity, d.Severity), append(c.faultClass, d.FaultClass), append(c.action, d.Action)
+	c.condition, c.catalog = append(c.condition, d.ConditionType), append(c.catalog, d.CatalogVersion)
+	c.first, c.last = append(c.first, d.FirstSeen), append(c.last, d.LastSeen)
+	c.ids, c.detail = append(c.ids, r.ids), append(c.detail, r.detail)
+}
+
+// args returns sqlUpsertDiagnoses's arguments for the rows added.
+func (c *diagnosisColumns) args(now time.Time) []any {
+	return []any{c.cluster, c.node, c.boot, c.reason, c.severity, c.faultClass, c.action, c.condition, c.catalog,
+		c.first, c.last, c.ids, c.detail, now, MaxDiagnosisFindings}
 }
 
 // DeactivateDiagnoses marks the node's active diagnoses inactive, except

@@ -124,15 +124,21 @@ CROSS JOIN LATERAL ({{probe6}}) stored`
 
 	findingCols = `id, node, boot_id, detector, gpu_pci, device_pci, xid, count, attrs, evidence, seq, observed_at`
 
-	// Ordered by when the fault happened; findings without that time sort
-	// by when they were received (findings_node_happened_idx).
+	// A node's newest findings: the newest $4 that happened at or after $3,
+	// ordered by when the fault happened; findings without that time sort
+	// by when they were received (findings_node_happened_idx). The node's
+	// condition goes between the two parts (sqlFindingsForNode, and
+	// sqlFindingsOfNodes in snapshot.go); the rows have a happened column.
+	sqlNewestFindingsWhere = `
+    SELECT *, COALESCE(observed_at, received_at) AS happened FROM findings
+    WHERE `
+	sqlNewestFindingsLimit = ` AND COALESCE(observed_at, received_at) >= $3
+    ORDER BY COALESCE(observed_at, received_at) DESC, id DESC
+    LIMIT $4`
+
 	// The newest $4 matching findings, returned oldest first.
 	sqlFindingsForNode = `
-SELECT ` + findingCols + ` FROM (
-    SELECT *, COALESCE(observed_at, received_at) AS happened FROM findings
-    WHERE cluster = $1 AND node = $2 AND COALESCE(observed_at, received_at) >= $3
-    ORDER BY COALESCE(observed_at, received_at) DESC, id DESC
-    LIMIT $4) newest
+SELECT ` + findingCols + ` FROM (` + sqlNewestFindingsWhere + `cluster = $1 AND node = $2` + sqlNewestFindingsLimit + `) newest
 ORDER BY happened, id`
 
 	sqlFindingsByIDs = `

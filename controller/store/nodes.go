@@ -107,12 +107,15 @@ nodepool, zone, instance_type, nodeclaim, created_at, updated_at, labels, opt_ou
 	// $1 = '' lists every cluster.
 	sqlListNodes = `SELECT ` + nodeCols + ` FROM nodes WHERE $1 = '' OR cluster = $1 ORDER BY cluster, name`
 
-	// The Kubernetes columns only (ReadNode); the agent's columns are
+	// The Kubernetes columns only (ReadNodes: $1-$6 and $8 the nodes'
+	// arrays, distinct nodes; $7 now); the agent's columns are
 	// IngestReport's. The Node is there (the reconciler read it): no longer
 	// removed.
-	sqlUpsertNodeMeta = `
+	sqlUpsertNodesMeta = `
 INSERT INTO nodes AS n (cluster, name, nodepool, zone, instance_type, nodeclaim, created_at, updated_at, labels)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $8)
+SELECT u.cluster, u.name, u.nodepool, u.zone, u.instance_type, u.nodeclaim, $7::timestamptz, $7::timestamptz, u.labels
+FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $8::jsonb[])
+     AS u(cluster, name, nodepool, zone, instance_type, nodeclaim, labels)
 ON CONFLICT (cluster, name) DO UPDATE SET
     nodepool = excluded.nodepool,
     labels = excluded.labels,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"time"
 
@@ -18,48 +19,113 @@ import (
 // reconciler's evidence step of 1,500 nodes was bound by them (issue 9,
 // docs/scale.md "priority work queue"). Each is one pipelined pgx batch,
 // which PostgreSQL runs as one implicit transaction (one Sync): all of it
-// or nothing. The statements are the ones the single-purpose functions run
-// (OpenRepairForNode, FindingsForNode, BreakerState, OpenRepair), so the
-// two paths cannot drift apart; the node upsert, the diagnosis upsert and
-// the finding links have no single-purpose twin.
+// or nothing. The evidence step sends the nodes of a group in one batch
+// (ReadNodes, WriteNodeLedgers; controller/repair evidence.go), and the
+// batch holds one set-based statement per kind for all of them (arrays
+// as parameters, unnest, LATERAL joins): PostgreSQL's CPU per node was
+// the wave's limit, and most of it was the cost of the statements
+// themselves, four to six per node (docs/scale.md "The evidence step in
+// one statement per kind"). One node is the group of one: the
+// single-node calls run the same statements.
 
 const (
-	// The node's newest repair, open or closed: ListRepairs{Cluster, Node,
-	// Limit: 1} (repairs_node_id_idx).
-	sqlLastRepairForNode = `SELECT ` + repairCols + ` FROM repairs r
-WHERE r.cluster = $1 AND r.node = $2 ORDER BY r.id DESC LIMIT 1`
+	// sqlEnsureClusters creates the clusters named in $1 that have no row.
+	sqlEnsureClusters = `
+INSERT INTO clusters (name, created_at) SELECT DISTINCT unnest($1::text[]), $2::timestamptz
+ON CONFLICT (name) DO NOTHING`
 
-	// DeactivateDiagnoses by key: the node's active diagnoses whose (boot
-	// ID, reason) is not among the ones upserted in the same batch, whose
-	// IDs the batch cannot know yet.
+	// The nodes' open repair (OpenRepairForNode) and newest repair, open or
+	// closed (ListRepairs{Cluster, Node, Limit: 1}), for the nodes $1/$2:
+	// one row when they are the same repair, none when the node never had
+	// one (repairs_node_id_idx).
+	sqlRepairsOfNodes = `
+SELECT ` + repairCols + ` FROM unnest($1::text[], $2::text[]) AS u(c, n)
+CROSS JOIN LATERAL (
+    (SELECT id FROM repairs WHERE cluster = u.c AND node = u.n ORDER BY id DESC LIMIT 1)
+    UNION
+    (SELECT id FROM repairs WHERE cluster = u.c AND node = u.n AND closed_at IS NULL)) AS ids
+JOIN repairs r ON r.id = ids.id`
+
+	// sqlFindingsOfNodes is FindingsForNode for each node $1/$2 (the
+	// newest $4 since $3, oldest first), rows tagged with the node's
+	// ordinal (1-based) and ordered by it.
+	sqlFindingsOfNodes = `
+SELECT ` + findingCols + `, u.ord FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS u(c, n, ord)
+CROSS JOIN LATERAL (` + sqlNewestFindingsWhere + `cluster = u.c AND node = u.n` + sqlNewestFindingsLimit + `) AS newest
+ORDER BY u.ord, newest.happened, newest.id`
+
+	// DeactivateDiagnoses by key for the nodes $1/$2: their active
+	// diagnoses whose key is not among $3-$6 (cluster, node, boot ID,
+	// reason: the ones upserted in the same batch, whose IDs the batch
+	// cannot know yet); $7 now.
 	sqlDeactivateDiagnosesExcept = `
-UPDATE diagnoses SET active = false, updated_at = $5
-WHERE cluster = $1 AND node = $2 AND active
-  AND (boot_id, reason) NOT IN (SELECT b, r FROM unnest($3::text[], $4::text[]) AS keep(b, r))`
+UPDATE diagnoses d SET active = false, updated_at = $7
+FROM unnest($1::text[], $2::text[]) AS u(c, n)
+WHERE d.cluster = u.c AND d.node = u.n AND d.active
+  AND NOT EXISTS (SELECT FROM unnest($3::text[], $4::text[], $5::text[], $6::text[]) AS keep(c, n, b, r)
+                  WHERE keep.c = d.cluster AND keep.n = d.node AND keep.b = d.boot_id AND keep.r = d.reason)`
 
-	// OpenRepair's insert, creation audit entry and finding links in one
-	// statement ($1-$15 are sqlInsertRepair's; $16 actor, $17 reason, $18
-	// the finding IDs). A row only when this insert created the repair;
-	// none when the node already has an open one (repairs_one_open_per_node;
-	// a concurrent uncommitted opener makes it wait for its outcome). The
-	// audit trigger (repair_audit_event) and the links' foreign key see the
-	// repair: both run at the end of the statement.
-	sqlOpenRepairLinked = `
-WITH ins AS (` + sqlInsertRepair + `),
+	// sqlLinkFindingsTo links each finding $2[i] to repair $1[i] (a link
+	// already there stays one; "" is skipped).
+	sqlLinkFindingsTo = `
+INSERT INTO repair_findings (repair_id, finding_id)
+SELECT r, id FROM unnest($1::bigint[], $2::text[]) AS t(r, id) WHERE id <> ''
+ON CONFLICT DO NOTHING`
+
+	// OpenRepair's insert, creation audit entry and finding links for
+	// repairs of distinct nodes in one statement: $1-$14 the repairs'
+	// columns (cluster, node, nodeclaim, nodeclaim_uid, nodepool, reason,
+	// fault_class, recommended_action, executed_action, state, dry_run,
+	// toleration_started_at, toleration_until, detail), $15 the audit
+	// actor and $16 its reason per repair, $17 now, $18/$19 the links (the
+	// repair's ordinal in $1, 1-based; the finding ID). A row (id,
+	// cluster, node) for each repair this insert created; none for a node
+	// that already has an open repair (repairs_one_open_per_node, the only
+	// unique key an insert can hit; a concurrent uncommitted opener makes
+	// it wait for its outcome). The audit trigger (repair_audit_event) and
+	// the links' foreign key see the repairs: both run at the end of the
+	// statement.
+	sqlOpenRepairsLinked = `
+WITH input AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
+                         $8::text[], $9::text[], $10::text[], $11::bool[], $12::timestamptz[], $13::timestamptz[],
+                         $14::jsonb[], $15::text[], $16::text[])
+        WITH ORDINALITY AS t(cluster, node, nodeclaim, nodeclaim_uid, nodepool, reason, fault_class,
+                             recommended_action, executed_action, state, dry_run, toleration_started_at,
+                             toleration_until, detail, actor, why, ord)),
+ins AS (
+    INSERT INTO repairs AS r (cluster, node, nodeclaim, nodeclaim_uid, nodepool, reason, fault_class,
+                              recommended_action, executed_action, state, dry_run, toleration_started_at,
+                              toleration_until, created_at, updated_at, detail)
+    SELECT cluster, node, nodeclaim, nodeclaim_uid, nodepool, reason, fault_class, recommended_action,
+           executed_action, state, dry_run, toleration_started_at, toleration_until, $17::timestamptz, $17::timestamptz, detail
+    FROM input ORDER BY ord
+    ON CONFLICT DO NOTHING
+    RETURNING r.id, r.cluster, r.node, r.state),
+opened AS (
+    SELECT ins.id, ins.state, input.actor, input.why, input.ord
+    FROM ins JOIN input ON input.cluster = ins.cluster AND input.node = ins.node),
 audit AS (
     INSERT INTO repair_audit (repair_id, from_state, to_state, actor, reason, detail, at)
-    SELECT id, NULL, $10, $16, $17, '{}', $14 FROM ins),
+    SELECT id, NULL, state, actor, why, '{}', $17::timestamptz FROM opened),
 links AS (
     INSERT INTO repair_findings (repair_id, finding_id)
-    SELECT ins.id, t.id FROM ins, unnest($18::text[]) AS t(id) WHERE t.id <> ''
+    SELECT opened.id, l.id FROM opened JOIN unnest($18::bigint[], $19::text[]) AS l(ord, id) ON l.ord = opened.ord
+    WHERE l.id <> ''
     ON CONFLICT DO NOTHING)
-SELECT id FROM ins`
+SELECT id, cluster, node FROM ins`
+
+	// The open repairs of the nodes $1/$2, read after sqlOpenRepairsLinked:
+	// a new statement sees a winning concurrent opener, committed by then.
+	sqlOpenRepairsOfNodes = `
+SELECT ` + repairCols + ` FROM unnest($1::text[], $2::text[]) AS u(c, n)
+JOIN repairs r ON r.cluster = u.c AND r.node = u.n AND r.closed_at IS NULL`
 )
 
 // NodeSnapshot is what one reconcile reads of a node (ReadNode).
 type NodeSnapshot struct {
 	// Node is the stored node after its Kubernetes facts were recorded
-	// (sqlUpsertNodeMeta's result: the agent's boot ID, versions, inventory,
+	// (sqlUpsertNodesMeta's result: the agent's boot ID, versions, inventory,
 	// the owners' word).
 	Node Node
 	// Open is the node's open repair (OpenRepairForNode); HasOpen is false
@@ -101,12 +167,14 @@ func (s *Store) ReadNode(ctx context.Context, meta Node, findingsLimit int, now 
 // ReadNodes is ReadNode for several nodes (of any clusters) in one round
 // trip: one pipelined batch, one implicit transaction, all of it or nothing;
 // the i-th snapshot is metas[i]'s, the saved breaker state is read once for
-// all. With more than one node the batch first takes the nodes' advisory
-// locks in key order, as the ingest groups do (sqlLockNodes,
-// groupcommit.go), so its node upserts cannot deadlock with a group writing
-// the same nodes' heartbeats. ErrInvalid for a meta without a cluster or
-// node name, or a node named twice; errors are wrapped "read node
-// cluster/node" (one node) or "read N nodes".
+// all. Each kind of read is one statement for all the nodes (the nodes'
+// upsert, their open and newest repairs, their findings). With more than
+// one node the batch first takes the nodes' advisory locks in key order, as
+// the ingest groups do (sqlLockNodes, groupcommit.go), so its node upserts
+// cannot deadlock with a group writing the same nodes' heartbeats.
+// ErrInvalid for a meta without a cluster or node name, or a node named
+// twice; errors are wrapped "read node cluster/node" (one node) or "read N
+// nodes".
 func (s *Store) ReadNodes(ctx context.Context, metas []Node, findingsLimit int, now time.Time) ([]NodeSnapshot, error) {
 	if len(metas) == 0 {
 		return nil, nil
@@ -114,49 +182,48 @@ func (s *Store) ReadNodes(ctx context.Context, metas []Node, findingsLimit int, 
 	if findingsLimit <= 0 || findingsLimit > MaxFindingsLimit {
 		findingsLimit = MaxFindingsLimit
 	}
-	b := &pgx.Batch{}
-	unknown := s.queueUnknownClusters(b, len(metas), func(i int) string { return metas[i].Cluster }, now)
-	if len(metas) > 1 {
-		clusters, nodes := make([]string, len(metas)), make([]string, len(metas))
-		seen := make(map[[2]string]bool, len(metas))
-		for i, m := range metas {
-			k := [2]string{m.Cluster, m.Name}
-			if seen[k] {
-				return nil, invalidf("read %d nodes: %s/%s named twice", len(metas), m.Cluster, m.Name)
-			}
-			seen[k] = true
-			clusters[i], nodes[i] = m.Cluster, m.Name
-		}
-		b.Queue(sqlLockNodes, clusters, nodes)
-	}
-	for _, meta := range metas {
-		if meta.Cluster == "" || meta.Name == "" {
+	n := len(metas)
+	clusters, names := make([]string, n), make([]string, n)
+	pools, zones, types, claims := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	labels := make([][]byte, n)
+	at := make(map[[2]string]int, n) // node -> its index in metas
+	for i, m := range metas {
+		if m.Cluster == "" || m.Name == "" {
 			return nil, invalidf("read node: cluster and name are required")
 		}
-		b.Queue(sqlUpsertNodeMeta, meta.Cluster, meta.Name, meta.NodePool, meta.Zone, meta.InstanceType, meta.NodeClaim, now, labelsDoc(meta.Labels))
-		b.Queue(sqlOpenRepairForNode, meta.Cluster, meta.Name)
-		b.Queue(sqlLastRepairForNode, meta.Cluster, meta.Name)
-		b.Queue(sqlFindingsForNode, meta.Cluster, meta.Name, time.Time{}, findingsLimit)
+		k := [2]string{m.Cluster, m.Name}
+		if _, twice := at[k]; twice {
+			return nil, invalidf("read %d nodes: %s/%s named twice", n, m.Cluster, m.Name)
+		}
+		at[k] = i
+		clusters[i], names[i], pools[i], zones[i], types[i], claims[i] = m.Cluster, m.Name, m.NodePool, m.Zone, m.InstanceType, m.NodeClaim
+		labels[i] = labelsDoc(m.Labels)
 	}
+	b := &pgx.Batch{}
+	unknown := s.queueUnknownClusters(b, clusters, now)
+	if n > 1 {
+		b.Queue(sqlLockNodes, clusters, names)
+	}
+	b.Queue(sqlUpsertNodesMeta, clusters, names, pools, zones, types, claims, now, labels)
+	b.Queue(sqlRepairsOfNodes, clusters, names)
+	b.Queue(sqlFindingsOfNodes, clusters, names, time.Time{}, findingsLimit)
 	b.Queue(sqlGetBreakerState)
-	out := make([]NodeSnapshot, len(metas))
+	out := make([]NodeSnapshot, n)
 	err := func() error {
 		br := s.pool.SendBatch(ctx, b)
 		defer br.Close()
-		for range unknown {
+		if len(unknown) > 0 {
 			if _, err := br.Exec(); err != nil {
 				return err
 			}
 		}
-		if len(metas) > 1 {
+		if n > 1 {
 			if _, err := br.Exec(); err != nil {
 				return err
 			}
 		}
-		for i := range out {
-			if err := readSnapshot(br, &out[i]); err != nil {
-				return err
-			}
+		if err := readSnapshots(br, out, at); err != nil {
+			return err
 		}
 		var doc json.RawMessage
 		var version int64
@@ -170,10 +237,10 @@ func (s *Store) ReadNodes(ctx context.Context, metas []Node, findingsLimit int, 
 		return br.Close()
 	}()
 	if err != nil {
-		if len(metas) == 1 {
+		if n == 1 {
 			return nil, errorf(err, "read node %s/%s", metas[0].Cluster, metas[0].Name)
 		}
-		return nil, errorf(err, "read %d nodes", len(metas))
+		return nil, errorf(err, "read %d nodes", n)
 	}
 	for _, c := range unknown {
 		s.clusters.Store(c, true) // cluster rows are never deleted
@@ -181,49 +248,83 @@ func (s *Store) ReadNodes(ctx context.Context, metas []Node, findingsLimit int, 
 	return out, nil
 }
 
-// queueUnknownClusters queues sqlEnsureCluster for each distinct cluster
-// among the n named by cluster(i) that this Store has not seen, and returns
-// them in the order queued (one Exec result each, first in the batch).
-func (s *Store) queueUnknownClusters(b *pgx.Batch, n int, cluster func(int) string, now time.Time) []string {
+// queueUnknownClusters queues sqlEnsureClusters for the distinct clusters
+// among clusters that this Store has not seen, when there are any, and
+// returns them (one Exec result, first in the batch, when not empty).
+func (s *Store) queueUnknownClusters(b *pgx.Batch, clusters []string, now time.Time) []string {
 	var unknown []string
-	for i := range n {
-		c := cluster(i)
+	for _, c := range clusters {
 		if _, known := s.clusters.Load(c); known || c == "" || slices.Contains(unknown, c) {
 			continue
 		}
-		b.Queue(sqlEnsureCluster, c, now)
 		unknown = append(unknown, c)
+	}
+	if len(unknown) > 0 {
+		b.Queue(sqlEnsureClusters, unknown, now)
 	}
 	return unknown
 }
 
-// readSnapshot reads one node's results of a ReadNodes batch into out
-// (everything but the breaker state).
-func readSnapshot(br pgx.BatchResults, out *NodeSnapshot) error {
+// readSnapshots reads the nodes' results of a ReadNodes batch into out
+// (everything but the breaker state); at gives each node's index.
+func readSnapshots(br pgx.BatchResults, out []NodeSnapshot, at map[[2]string]int) error {
 	rows, _ := br.Query()
-	var err error
-	if out.Node, err = pgx.CollectExactlyOneRow(rows, scanNode); err != nil {
+	nodes, err := pgx.CollectRows(rows, scanNode)
+	if err != nil {
 		return err
 	}
-	if out.Open, out.HasOpen, err = optionalRepair(br); err != nil {
-		return err
+	for _, nd := range nodes {
+		i, ok := at[[2]string{nd.Cluster, nd.Name}]
+		if !ok {
+			return fmt.Errorf("node upsert returned %s/%s, not asked for", nd.Cluster, nd.Name)
+		}
+		out[i].Node = nd
 	}
-	if out.Last, out.HasLast, err = optionalRepair(br); err != nil {
-		return err
+	if len(nodes) != len(out) {
+		return fmt.Errorf("node upsert returned %d rows for %d nodes", len(nodes), len(out))
 	}
 	rows, _ = br.Query()
-	out.Findings, err = pgx.CollectRows(rows, scanFinding)
-	return err
-}
-
-// optionalRepair reads the next batch result: at most one repair row.
-func optionalRepair(br pgx.BatchResults) (Repair, bool, error) {
-	rows, _ := br.Query()
-	rs, err := pgx.CollectRows(rows, scanRepair)
-	if err != nil || len(rs) == 0 {
-		return Repair{}, false, err
+	repairs, err := pgx.CollectRows(rows, scanRepair)
+	if err != nil {
+		return err
 	}
-	return rs[0], true, nil
+	for _, r := range repairs {
+		i, ok := at[[2]string{r.Cluster, r.Node}]
+		if !ok {
+			return fmt.Errorf("repairs read returned one of %s/%s, not asked for", r.Cluster, r.Node)
+		}
+		snap := &out[i]
+		if r.ClosedAt.IsZero() {
+			snap.Open, snap.HasOpen = r, true
+		}
+		if !snap.HasLast || r.ID > snap.Last.ID {
+			snap.Last, snap.HasLast = r, true
+		}
+	}
+	for i := range out {
+		out[i].Findings = []finding.Finding{}
+	}
+	type tagged struct {
+		f   finding.Finding
+		ord int64 // the node's, 1-based
+	}
+	rows, _ = br.Query()
+	fs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (tagged, error) {
+		var t tagged
+		var err error
+		t.f, err = scanFindingWith(row, &t.ord)
+		return t, err
+	})
+	if err != nil {
+		return err
+	}
+	for _, t := range fs {
+		if t.ord < 1 || t.ord > int64(len(out)) {
+			return fmt.Errorf("findings read returned node ordinal %d of %d", t.ord, len(out))
+		}
+		out[t.ord-1].Findings = append(out[t.ord-1].Findings, t.f)
+	}
+	return nil
 }
 
 // NodeLedger is what one reconcile writes for a node (WriteNodeLedger).
@@ -350,34 +451,32 @@ func (s *Store) WriteNodeLedgers(ctx context.Context, ws []NodeLedger, now time.
 }
 
 // ledgerPlan is one node's part of a WriteNodeLedgers batch: its checked
-// input and the arguments of its statements.
+// input and its rows.
 type ledgerPlan struct {
-	w        NodeLedger
-	diagArgs [][]any
-	boots    []string
-	reasons  []string
-	link     bool
-	open     Repair // when w.Open != nil: the checked copy
-	openArgs []any
+	w     NodeLedger
+	diags []diagnosisRow
+	link  bool
+	open  Repair // when w.Open != nil: the checked copy
+	// openDetail is open's encoded Detail.
+	openDetail []byte
 }
 
 // planLedger checks w (WriteNodeLedger's ErrInvalid cases) and prepares
-// its statements' arguments.
+// its rows.
 func planLedger(w NodeLedger, now time.Time) (*ledgerPlan, error) {
 	if w.Cluster == "" || w.Node == "" {
 		return nil, invalidf("write ledger: cluster and node are required")
 	}
-	p := &ledgerPlan{w: w, boots: make([]string, 0, len(w.Diagnoses)), reasons: make([]string, 0, len(w.Diagnoses))}
+	p := &ledgerPlan{w: w, diags: make([]diagnosisRow, 0, len(w.Diagnoses))}
 	for _, d := range w.Diagnoses {
 		if d.Cluster != w.Cluster || d.Node != w.Node {
 			return nil, invalidf("write ledger of %s/%s: diagnosis %s is of %s/%s", w.Cluster, w.Node, d.Reason, d.Cluster, d.Node)
 		}
-		args, err := upsertDiagnosisArgs(d, now)
+		row, err := newDiagnosisRow(d, now)
 		if err != nil {
 			return nil, err
 		}
-		p.diagArgs = append(p.diagArgs, args)
-		p.boots, p.reasons = append(p.boots, d.BootID), append(p.reasons, d.Reason)
+		p.diags = append(p.diags, row)
 	}
 	p.link = w.LinkTo != 0 && len(w.LinkFindings) > 0
 	if w.Open != nil {
@@ -389,97 +488,200 @@ func planLedger(w NodeLedger, now time.Time) (*ledgerPlan, error) {
 		if err != nil {
 			return nil, err
 		}
-		ids := open.FindingIDs
-		if ids == nil {
-			ids = []string{}
-		}
-		p.open = open
-		p.openArgs = []any{open.Cluster, open.Node, open.NodeClaim, open.NodeClaimUID, open.NodePool,
-			open.Reason, open.FaultClass, open.RecommendedAction, open.ExecutedAction, string(open.State), open.DryRun,
-			nullTime(open.TolerationStartedAt), nullTime(open.TolerationUntil), now, detail, w.Actor, w.Reason, ids}
+		p.open, p.openDetail = open, detail
 	}
 	return p, nil
 }
 
-// queue adds p's statements to b.
-func (p *ledgerPlan) queue(b *pgx.Batch, now time.Time) {
-	for _, args := range p.diagArgs {
-		b.Queue(sqlUpsertDiagnosis, args...)
-	}
-	b.Queue(sqlDeactivateDiagnosesExcept, p.w.Cluster, p.w.Node, p.boots, p.reasons, now)
-	if p.link {
-		b.Queue(sqlLinkFindings, p.w.LinkTo, p.w.LinkFindings)
-	}
-	if p.w.Open != nil {
-		b.Queue(sqlOpenRepairLinked, p.openArgs...)
-		b.Queue(sqlOpenRepairForNode, p.open.Cluster, p.open.Node)
-	}
+// ledgerBatch is the statements of one WriteNodeLedgers batch, one per
+// kind for all its nodes (plans, distinct nodes): the diagnosis upserts
+// (one statement per rank: the k-th diagnoses of every node, so that each
+// node's diagnoses are written in order, one statement each, as the
+// live-feed trigger needs; sqlUpsertDiagnoses), the deactivation of the
+// nodes' other diagnoses, the finding links to open repairs, the repairs
+// opened and the open repairs read back.
+type ledgerBatch struct {
+	plans []*ledgerPlan
+	// ranks[k] are the indexes in plans of the nodes with a k-th diagnosis.
+	ranks [][]int
+	// opens are the indexes in plans of the nodes with a repair to open.
+	opens []int
+	links bool
 }
 
-// read reads p's results from br; found: the open repair was read (always
-// true without w.Open).
-func (p *ledgerPlan) read(br pgx.BatchResults) (out NodeLedgerResult, found bool, err error) {
-	n := len(p.w.Diagnoses)
-	out = NodeLedgerResult{Diagnoses: make([]DiagnosisRecord, n), Created: make([]bool, n)}
-	for i := range n {
+// queue adds the batch's statements to b.
+func (lb *ledgerBatch) queue(b *pgx.Batch, now time.Time) {
+	n := len(lb.plans)
+	clusters, nodes := make([]string, n), make([]string, n)
+	var keepC, keepN, keepB, keepR []string
+	var linkRepairs []int64
+	var linkIDs []string
+	for i, p := range lb.plans {
+		clusters[i], nodes[i] = p.w.Cluster, p.w.Node
+		for k, d := range p.diags {
+			if k == len(lb.ranks) {
+				lb.ranks = append(lb.ranks, nil)
+			}
+			lb.ranks[k] = append(lb.ranks[k], i)
+			keepC, keepN, keepB, keepR = append(keepC, d.d.Cluster), append(keepN, d.d.Node), append(keepB, d.d.BootID), append(keepR, d.d.Reason)
+		}
+		if p.link {
+			for _, id := range p.w.LinkFindings {
+				linkRepairs, linkIDs = append(linkRepairs, p.w.LinkTo), append(linkIDs, id)
+			}
+		}
+		if p.w.Open != nil {
+			lb.opens = append(lb.opens, i)
+		}
+	}
+	for k, rank := range lb.ranks {
+		var c diagnosisColumns
+		for _, i := range rank {
+			c.add(lb.plans[i].diags[k])
+		}
+		b.Queue(sqlUpsertDiagnoses, c.args(now)...)
+	}
+	if keepC == nil {
+		keepC, keepN, keepB, keepR = []string{}, []string{}, []string{}, []string{}
+	}
+	b.Queue(sqlDeactivateDiagnosesExcept, clusters, nodes, keepC, keepN, keepB, keepR, now)
+	lb.links = len(linkIDs) > 0
+	if lb.links {
+		b.Queue(sqlLinkFindingsTo, linkRepairs, linkIDs)
+	}
+	if len(lb.opens) == 0 {
+		return
+	}
+	m := len(lb.opens)
+	oc, on, claim, uid, pool := make([]string, m), make([]string, m), make([]string, m), make([]string, m), make([]string, m)
+	reason, class, rec, exec, state := make([]string, m), make([]string, m), make([]string, m), make([]string, m), make([]string, m)
+	dry, tolStart, tolUntil := make([]bool, m), make([]*time.Time, m), make([]*time.Time, m)
+	detail, actor, why := make([][]byte, m), make([]string, m), make([]string, m)
+	var idOrd []int64
+	var ids []string
+	for j, i := range lb.opens {
+		p := lb.plans[i]
+		r := p.open
+		oc[j], on[j], claim[j], uid[j], pool[j] = r.Cluster, r.Node, r.NodeClaim, r.NodeClaimUID, r.NodePool
+		reason[j], class[j], rec[j], exec[j], state[j] = r.Reason, r.FaultClass, r.RecommendedAction, r.ExecutedAction, string(r.State)
+		dry[j], tolStart[j], tolUntil[j] = r.DryRun, nullTime(r.TolerationStartedAt), nullTime(r.TolerationUntil)
+		detail[j], actor[j], why[j] = p.openDetail, p.w.Actor, p.w.Reason
+		for _, id := range r.FindingIDs {
+			idOrd, ids = append(idOrd, int64(j+1)), append(ids, id)
+		}
+	}
+	if ids == nil {
+		idOrd, ids = []int64{}, []string{}
+	}
+	b.Queue(sqlOpenRepairsLinked, oc, on, claim, uid, pool, reason, class, rec, exec, state, dry, tolStart, tolUntil,
+		detail, actor, why, now, idOrd, ids)
+	b.Queue(sqlOpenRepairsOfNodes, oc, on)
+}
+
+// read reads the batch's results from br into out (one per plan); found[i]:
+// plans[i]'s open repair was read (always true without w.Open).
+func (lb *ledgerBatch) read(br pgx.BatchResults, out []NodeLedgerResult, found []bool) error {
+	at := make(map[[2]string]int, len(lb.plans))
+	for i, p := range lb.plans {
+		n := len(p.diags)
+		out[i] = NodeLedgerResult{Diagnoses: make([]DiagnosisRecord, n), Created: make([]bool, n)}
+		found[i] = p.w.Open == nil
+		at[[2]string{p.w.Cluster, p.w.Node}] = i
+	}
+	for k, rank := range lb.ranks {
+		type upserted struct {
+			d       DiagnosisRecord
+			created bool
+		}
 		rows, _ := br.Query()
-		out.Diagnoses[i], err = pgx.CollectExactlyOneRow(rows, func(row pgx.CollectableRow) (DiagnosisRecord, error) {
-			return scanDiagnosisInto(row, &out.Created[i])
+		ds, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (upserted, error) {
+			var u upserted
+			var err error
+			u.d, err = scanDiagnosisInto(row, &u.created)
+			return u, err
 		})
 		if err != nil {
-			return out, false, err
+			return err
+		}
+		if len(ds) != len(rank) {
+			return fmt.Errorf("diagnosis upsert returned %d rows for %d", len(ds), len(rank))
+		}
+		for _, u := range ds {
+			i, ok := at[[2]string{u.d.Cluster, u.d.Node}]
+			if !ok {
+				return fmt.Errorf("diagnosis upsert returned one of %s/%s, not asked for", u.d.Cluster, u.d.Node)
+			}
+			out[i].Diagnoses[k], out[i].Created[k] = u.d, u.created
 		}
 	}
 	if _, err := br.Exec(); err != nil {
-		return out, false, err
+		return err
 	}
-	if p.link {
+	if lb.links {
 		if _, err := br.Exec(); err != nil {
-			return out, false, err
+			return err
 		}
 	}
-	if p.w.Open == nil {
-		return out, true, nil
+	if len(lb.opens) == 0 {
+		return nil
 	}
 	rows, _ := br.Query()
-	created, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	created := make(map[[2]string]int64, len(lb.opens)) // node -> the repair this batch opened
+	var (
+		id            int64
+		cluster, node string
+	)
+	_, err := pgx.ForEachRow(rows, []any{&id, &cluster, &node}, func() error {
+		created[[2]string{cluster, node}] = id
+		return nil
+	})
 	if err != nil {
-		return out, false, err
+		return err
 	}
-	if out.Repair, found, err = optionalRepair(br); err != nil {
-		return out, false, err
+	rows, _ = br.Query()
+	open, err := pgx.CollectRows(rows, scanRepair)
+	if err != nil {
+		return err
 	}
-	out.Opened = found && len(created) == 1 && created[0] == out.Repair.ID
-	return out, found, nil
+	for _, r := range open {
+		i, ok := at[[2]string{r.Cluster, r.Node}]
+		if !ok {
+			return fmt.Errorf("open repairs read returned one of %s/%s, not asked for", r.Cluster, r.Node)
+		}
+		out[i].Repair, found[i] = r, true
+		out[i].Opened = created[[2]string{r.Cluster, r.Node}] == r.ID
+	}
+	return nil
 }
 
 // writeLedgers writes plans (distinct nodes) in one pipelined batch, one
-// implicit transaction, and returns their results in order; an error means
-// nothing of the batch was kept. A node whose repair to open lost to an
-// open one that closed before it could be read gets OpenRepair's own
-// transaction after the batch committed (its diagnoses are kept); after
-// holds the error of that second step per node (nil: none or it worked).
+// implicit transaction (ledgerBatch), and returns their results in order;
+// an error means nothing of the batch was kept. A node whose repair to
+// open lost to an open one that closed before it could be read gets
+// OpenRepair's own transaction after the batch committed (its diagnoses
+// are kept); after holds the error of that second step per node (nil: none
+// or it worked).
 func (s *Store) writeLedgers(ctx context.Context, plans []*ledgerPlan, now time.Time) (out []NodeLedgerResult, after []error, err error) {
 	b := &pgx.Batch{}
-	unknown := s.queueUnknownClusters(b, len(plans), func(i int) string { return plans[i].w.Cluster }, now)
-	for _, p := range plans {
-		p.queue(b, now)
+	clusters := make([]string, len(plans))
+	for i, p := range plans {
+		clusters[i] = p.w.Cluster
 	}
+	unknown := s.queueUnknownClusters(b, clusters, now)
+	lb := &ledgerBatch{plans: plans}
+	lb.queue(b, now)
 	out, after = make([]NodeLedgerResult, len(plans)), make([]error, len(plans))
 	found := make([]bool, len(plans))
 	err = func() error {
 		br := s.pool.SendBatch(ctx, b)
 		defer br.Close()
-		for range unknown {
+		if len(unknown) > 0 {
 			if _, err := br.Exec(); err != nil {
 				return err
 			}
 		}
-		for i, p := range plans {
-			var err error
-			if out[i], found[i], err = p.read(br); err != nil {
-				return err
-			}
+		if err := lb.read(br, out, found); err != nil {
+			return err
 		}
 		return br.Close()
 	}()
