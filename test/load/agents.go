@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"slices"
 	"sync"
@@ -26,7 +27,12 @@ type agentStats struct {
 	acked map[string]time.Time
 
 	ok, tooMany, server, client, network atomic.Int64 // POST outcomes, whole run
-	firstOK                              atomic.Int64 // agents with at least one accepted report
+	// noConn are the POSTs of network that never had a connection: they
+	// waited in the harness's bounded transport (agentConnsPerReplica) or
+	// their connect failed; the rest of network were sent (or being sent)
+	// on a connection and got no answer in time.
+	noConn  atomic.Int64
+	firstOK atomic.Int64 // agents with at least one accepted report
 	// clientErrors are the first answers with a 4xx other than 429 (status
 	// and body), so a run that saw some can say which.
 	clientErrors []string
@@ -37,14 +43,14 @@ func newAgentStats() *agentStats {
 }
 
 // counts is a snapshot of the POST outcome counters.
-type counts struct{ ok, tooMany, server, client, network int64 }
+type counts struct{ ok, tooMany, server, client, network, noConn int64 }
 
 func (s *agentStats) counts() counts {
-	return counts{s.ok.Load(), s.tooMany.Load(), s.server.Load(), s.client.Load(), s.network.Load()}
+	return counts{s.ok.Load(), s.tooMany.Load(), s.server.Load(), s.client.Load(), s.network.Load(), s.noConn.Load()}
 }
 
 func (c counts) sub(o counts) counts {
-	return counts{c.ok - o.ok, c.tooMany - o.tooMany, c.server - o.server, c.client - o.client, c.network - o.network}
+	return counts{c.ok - o.ok, c.tooMany - o.tooMany, c.server - o.server, c.client - o.client, c.network - o.network, c.noConn - o.noConn}
 }
 
 // takeLatencies returns the accepted POSTs' latencies since the last call,
@@ -116,7 +122,12 @@ func (t *agentTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	i := int(t.cur.Load())
 	u := t.urls[i%len(t.urls)]
-	r := req.Clone(req.Context())
+	// gotConn tells a POST that waited for a connection (the harness's
+	// own bound) or could not connect from one the controller left
+	// unanswered.
+	var gotConn atomic.Bool
+	ctx := httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { gotConn.Store(true) }})
+	r := req.Clone(ctx)
 	r.URL.Scheme, r.URL.Host, r.Host = u.Scheme, u.Host, u.Host
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	r.ContentLength = int64(len(body))
@@ -124,6 +135,9 @@ func (t *agentTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := t.base.RoundTrip(r)
 	if err != nil {
 		t.st.network.Add(1)
+		if !gotConn.Load() {
+			t.st.noConn.Add(1)
+		}
 		if len(t.urls) > 1 {
 			t.cur.CompareAndSwap(int32(i), int32((i+1)%len(t.urls)))
 		}

@@ -86,7 +86,7 @@ func (c Config) validate() error {
 		v    time.Duration
 	}{{"heartbeat", c.Heartbeat}, {"flush", c.Flush}, {"steady", c.Steady}, {"waveSpread", c.WaveSpread},
 		{"waveMax", c.WaveMax}, {"toleration", c.Toleration}, {"resync", c.Resync}, {"drain", c.Drain},
-		{"profileFor", c.ProfileFor}, {"heapProfileEvery", c.HeapProfileEvery}} {
+		{"profileFor", c.ProfileFor}, {"heapProfileEvery", c.HeapProfileEvery}, {"agentRamp", c.AgentRamp}} {
 		if d.v <= 0 {
 			add("%s %s: want more than 0", d.name, d.v)
 		}
