@@ -187,8 +187,8 @@ type Phase struct {
 	Duration time.Duration
 	// Reports accepted (2xx), answered 429, 5xx, other 4xx, and POSTs that
 	// got no answer (connection refused, timeout) during the phase; NoConn
-	// of NetworkErrors never had a connection (they waited in the
-	// harness's bounded transport, or their connect failed).
+	// of NetworkErrors spent most of their time without a connection
+	// (waiting in the harness's bounded transport, or connecting).
 	Accepted, TooMany, ServerErrors, ClientErrors, NetworkErrors, NoConn int64
 	P50, P99                                                             time.Duration // latency of the accepted POSTs
 	ControllerCores                                                      float64       // CPU of every replica, in cores (CPU s / wall s)

@@ -112,7 +112,7 @@ func writePhaseRow(w io.Writer, p Phase) {
 const phaseLegend = `accepted/s, p50, p99: reports answered 2xx per second and their latency, as the agents saw it.
 429, 5xx, 4xx: reports answered so (429: the controller's backpressure, retried by the agent after Retry-After).
 no answer: POSTs that got no HTTP answer (connection refused or reset, timeout), e.g. the killed replica's agents until they move to the other one.
-no conn: those of no answer that never had a connection: they waited in the harness's own bound (4,096 connections per replica) or their connect failed.
+no conn: those of no answer that spent most of their time without a connection: waiting in the harness's own bound (4,096 connections per replica) or connecting.
 ctrl cores: CPU of every controller replica together, in cores (CPU seconds / wall seconds); ctrl RSS: the largest RSS of one replica, sampled every second.
 pg cores: the postmaster and every backend; harness cores, RSS: this process (agents, API polling), which shares the CPUs.
 apiserver req/s: apiserver_request_total of every API server, the harness's own requests taken out.
