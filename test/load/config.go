@@ -91,6 +91,13 @@ func (c Config) validate() error {
 			add("%s %s: want more than 0", d.name, d.v)
 		}
 	}
+	if c.LeaseDuration != 0 {
+		if c.Replicas != 2 {
+			add("lease-duration %s with replicas %d: only 2 replicas elect a leader", c.LeaseDuration, c.Replicas)
+		} else if err := leaseTimings(c.LeaseDuration).CheckTimings(); err != nil {
+			add("lease-duration %s: %v", c.LeaseDuration, err)
+		}
+	}
 	if c.Nodes >= 1 && c.Clusters >= 1 && c.Clusters <= MaxClusters {
 		bad = append(bad, c.clusterShares()...)
 	}

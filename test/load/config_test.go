@@ -56,6 +56,10 @@ func TestFlagConfig(t *testing.T) {
 		{"db-pool negative", func(f *flagValues) { f.dbPool = -1 }, "load config: db-pool -1: want 0 (the controller's default) or more"},
 		{"heap-every negative", func(f *flagValues) { f.heapEvery = -time.Second }, "load config: heap-every -1s: want 0 (never) or more"},
 		{"agent-ramp negative", func(f *flagValues) { f.agentRamp = -time.Minute }, "load config: agent-ramp -1m0s: want 0 (scaled with the nodes) or more"},
+		{"lease with one replica", func(f *flagValues) { f.replicas, f.lease = 1, 5 * time.Second },
+			"load config: lease-duration 5s with replicas 1: only 2 replicas elect a leader"},
+		{"lease not whole seconds", func(f *flagValues) { f.lease = 2500 * time.Millisecond },
+			"load config: lease-duration 2.5s: lease duration 2.5s: want a whole number of seconds, at least 1s (the Lease stores whole seconds)"},
 		{"first cluster without clusters", func(f *flagValues) { f.firstNodes = 10 },
 			"load config: first-cluster-nodes 10 with clusters 1: only the fleet scenario (clusters > 1) has a first cluster"},
 		{"too few nodes for the wave", func(f *flagValues) { f.nodes = 3 },
@@ -299,5 +303,29 @@ func TestStopOnSignal(t *testing.T) {
 	stops.run() // the test's cleanups find nothing left to run twice
 	if len(order) != 3 {
 		t.Errorf("stop functions ran again: %v", order)
+	}
+}
+
+// TestFlagConfigLease: -load.lease-duration reaches Config and the
+// replicas' flags, with timings the controller accepts (a 15 s Lease gives
+// client-go's defaults).
+func TestFlagConfigLease(t *testing.T) {
+	f := defaultFlags()
+	f.lease = 5 * time.Second
+	cfg, err := flagConfig(f, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.LeaseDuration != 5*time.Second {
+		t.Fatalf("LeaseDuration %s, want 5s", cfg.LeaseDuration)
+	}
+	le := leaseTimings(15 * time.Second)
+	if le.RenewDeadline != 10*time.Second || le.RetryPeriod != 2*time.Second {
+		t.Fatalf("leaseTimings(15s) = %s, %s; want client-go's 10s, 2s", le.RenewDeadline, le.RetryPeriod)
+	}
+	for _, s := range []int{1, 2, 5, 7, 60} {
+		if err := leaseTimings(time.Duration(s) * time.Second).CheckTimings(); err != nil {
+			t.Errorf("leaseTimings(%ds): %v", s, err)
+		}
 	}
 }

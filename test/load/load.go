@@ -54,6 +54,7 @@ import (
 
 	"github.com/fleetrepair/fleetrepair/agent/finding"
 	"github.com/fleetrepair/fleetrepair/agent/uplink"
+	"github.com/fleetrepair/fleetrepair/cmd/runner"
 	"github.com/fleetrepair/fleetrepair/controller/config"
 	"github.com/fleetrepair/fleetrepair/test/envtest"
 	"github.com/fleetrepair/fleetrepair/test/karpentersim"
@@ -111,6 +112,12 @@ type Config struct {
 	// started and had a report accepted (or, in the fleet scenario, a
 	// deadline of AgentRamp + Heartbeat + Flush + 2 min has passed).
 	AgentRamp time.Duration
+	// LeaseDuration, when not 0, is the replicas' Lease duration with 2
+	// replicas (--leader-elect-lease-duration; renew deadline 2/3 of it,
+	// retry period 2/15: leaseTimings); 0 leaves the controller's default
+	// (runner.DefaultLeaseDuration, 15 s). The killed leader's cluster waits
+	// about this long for the other replica.
+	LeaseDuration time.Duration
 	// DBPoolConns, when > 0, is pool_max_conns in the controllers'
 	// --database-url. 0 sets none: the controller's own pool size,
 	// store.DefaultMaxConns (32, controller/store/store.go). (pgxpool's
@@ -513,6 +520,11 @@ func (h *harness) startReplica(ctx context.Context, bin string, i int) *replica 
 	}
 	if h.cfg.Replicas > 1 {
 		args = append(args, "--leader-elect", "--leader-elect-namespace", "default", "--leader-elect-identity", name)
+		if h.cfg.LeaseDuration != 0 {
+			le := leaseTimings(h.cfg.LeaseDuration)
+			args = append(args, "--leader-elect-lease-duration", le.LeaseDuration.String(),
+				"--leader-elect-renew-deadline", le.RenewDeadline.String(), "--leader-elect-retry-period", le.RetryPeriod.String())
+		}
 	}
 	dir := h.cfg.LogDir
 	if dir == "" {
@@ -1188,4 +1200,11 @@ func orDefault[T comparable](v *T, d T) {
 	if *v == zero {
 		*v = d
 	}
+}
+
+// leaseTimings are the replicas' Lease timings for Config.LeaseDuration
+// lease: renew deadline 2/3 of it, retry period 2/15 (15 s gives
+// client-go's 10 s and 2 s).
+func leaseTimings(lease time.Duration) runner.LeaderElection {
+	return runner.LeaderElection{LeaseDuration: lease, RenewDeadline: lease * 2 / 3, RetryPeriod: lease * 2 / 15}
 }
