@@ -56,7 +56,7 @@ func TestFlagConfig(t *testing.T) {
 		{"db-pool negative", func(f *flagValues) { f.dbPool = -1 }, "load config: db-pool -1: want 0 (the controller's default) or more"},
 		{"heap-every negative", func(f *flagValues) { f.heapEvery = -time.Second }, "load config: heap-every -1s: want 0 (never) or more"},
 		{"agent-ramp negative", func(f *flagValues) { f.agentRamp = -time.Minute }, "load config: agent-ramp -1m0s: want 0 (scaled with the nodes) or more"},
-		{"lease with one replica", func(f *flagValues) { f.replicas, f.lease = 1, 5 * time.Second },
+		{"lease with one replica", func(f *flagValues) { f.replicas, f.lease = 1, 5*time.Second },
 			"load config: lease-duration 5s with replicas 1: only 2 replicas elect a leader"},
 		{"lease not whole seconds", func(f *flagValues) { f.lease = 2500 * time.Millisecond },
 			"load config: lease-duration 2.5s: lease duration 2.5s: want a whole number of seconds, at least 1s (the Lease stores whole seconds)"},

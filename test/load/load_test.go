@@ -42,9 +42,9 @@ var (
 
 // flagValues are the -load.* flags that size a run.
 type flagValues struct {
-	nodes, zones, clusters, firstNodes, replicas, workers, dbPool int
+	nodes, zones, clusters, firstNodes, replicas, workers, dbPool        int
 	steady, heartbeat, toleration, pgOutage, heapEvery, agentRamp, lease time.Duration
-	profile, logs, binary                                         string
+	profile, logs, binary                                                string
 }
 
 func currentFlags() flagValues {
