@@ -72,7 +72,9 @@ bench:
 ## and writes a heap profile of itself every LOAD_HEAP_EVERY into the logs folder. Every LOAD_* value
 ## is passed on as its -load.* flag (docs/scale.md "Commands"); a value the run cannot use
 ## (LOAD_NODES=0, LOAD_REPLICAS=3, ...) is refused before anything starts. LOAD_PG_OUTAGE=0 (or
-## negative) runs no PostgreSQL outage; LOAD_DB_POOL=0 leaves the controller's own pool size (32).
+## negative) runs no PostgreSQL outage; LOAD_DB_POOL=0 leaves the controller's own pool size (32);
+## LOAD_AGENT_RAMP starts the agents evenly over that long (0: one heartbeat, or 3 ms per agent when longer).
+## LOAD_LEASE sets the replicas' Lease duration (0: the controller's 15s), so the failover after the leader is killed can be measured.
 LOAD_NODES      ?= 1000
 LOAD_CLUSTERS   ?= 1
 LOAD_FIRST_NODES ?= 0
@@ -86,13 +88,15 @@ LOAD_PG_OUTAGE  ?= 60s
 LOAD_TOLERATION ?= 30s
 LOAD_DB_POOL    ?= 32
 LOAD_HEAP_EVERY ?= 5m
+LOAD_AGENT_RAMP ?= 0
+LOAD_LEASE ?= 0
 load:
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/fleetrepair ./cmd/fleetrepair
 	$(GO) test ./test/load -run '^$$' -bench '^BenchmarkLoad$$' -benchtime 1x -timeout 120m -args -load.binary=$(CURDIR)/$(BIN)/fleetrepair \
 		-load.nodes=$(LOAD_NODES) -load.clusters=$(LOAD_CLUSTERS) -load.first-cluster-nodes=$(LOAD_FIRST_NODES) -load.profile=$(LOAD_PROFILE) -load.replicas=$(LOAD_REPLICAS) -load.workers=$(LOAD_WORKERS) \
 		-load.zones=$(LOAD_ZONES) -load.heartbeat=$(LOAD_HEARTBEAT) \
-		-load.steady=$(LOAD_STEADY) -load.pg-outage=$(LOAD_PG_OUTAGE) -load.toleration=$(LOAD_TOLERATION) -load.db-pool=$(LOAD_DB_POOL) -load.heap-every=$(LOAD_HEAP_EVERY) \
+		-load.steady=$(LOAD_STEADY) -load.pg-outage=$(LOAD_PG_OUTAGE) -load.toleration=$(LOAD_TOLERATION) -load.db-pool=$(LOAD_DB_POOL) -load.heap-every=$(LOAD_HEAP_EVERY) -load.agent-ramp=$(LOAD_AGENT_RAMP) -load.lease-duration=$(LOAD_LEASE) \
 		-load.out=$(CURDIR)/$(BIN)/load-$(LOAD_NODES).txt -load.logs=$(CURDIR)/$(BIN)/load-logs-$(LOAD_NODES)
 
 ## faults: the full fault-injection suite (test/load/faults.go, docs/faults.md): cmd/fleetrepair with

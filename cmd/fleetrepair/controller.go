@@ -35,6 +35,7 @@ func newControllerCmd() *cobra.Command {
 		leaderElect                          bool
 		operatorsFile                        string
 		leNamespace, leIdentity              string
+		leTimings                            runner.LeaderElection
 		oidc                                 auth.OIDCConfig
 		oidcRoles                            []string
 		kubeQPS                              float64
@@ -102,7 +103,12 @@ stops the controller with an error naming the variable.`,
 					h, _ := os.Hostname()
 					leIdentity = h
 				}
-				o.LeaderElection = &runner.LeaderElection{Clients: reviewers, Namespace: leNamespace, Identity: leIdentity}
+				le := leTimings
+				le.Clients, le.Namespace, le.Identity = reviewers, leNamespace, leIdentity
+				if err := le.CheckTimings(); err != nil {
+					return fmt.Errorf("--leader-elect-lease-duration, --leader-elect-renew-deadline, --leader-elect-retry-period: %w", err)
+				}
+				o.LeaderElection = &le
 			}
 			switch agentAuth {
 			case "tokenreview":
@@ -194,6 +200,9 @@ stops the controller with an error naming the variable.`,
 	f.BoolVar(&leaderElect, "leader-elect", false, "per-cluster leader election (Lease fleetrepair-controller): each cluster is reconciled by the replica holding its Lease, the others forward its ingest triggers; run with it on when there is more than one replica")
 	f.StringVar(&leNamespace, "leader-elect-namespace", "", "namespace of the Lease in every cluster (env POD_NAMESPACE)")
 	f.StringVar(&leIdentity, "leader-elect-identity", "", "this replica's identity (env POD_NAME; default the host name)")
+	f.DurationVar(&leTimings.LeaseDuration, "leader-elect-lease-duration", runner.DefaultLeaseDuration, "how long a replica that stopped renewing keeps its clusters' Leases: a dead leader's clusters wait this long for another replica (whole seconds)")
+	f.DurationVar(&leTimings.RenewDeadline, "leader-elect-renew-deadline", runner.DefaultRenewDeadline, "how long the leader tries to renew a Lease before it stops reconciling that cluster (less than the lease duration)")
+	f.DurationVar(&leTimings.RetryPeriod, "leader-elect-retry-period", runner.DefaultRetryPeriod, "how often replicas try to take or renew a Lease (the renew deadline must exceed 1.2 times it)")
 	f.StringVar(&agentAuth, "agent-auth", "tokenreview", "how agents authenticate: tokenreview (projected ServiceAccount tokens, validated against the agent's cluster), static (one shared token, demo/dev), none (insecure)")
 	f.StringVar(&agentToken, "agent-token", "", "the shared token of --agent-auth=static")
 	f.StringVar(&agentAudience, "agent-audience", auth.DefaultAudience, "audience agents' projected tokens must carry")

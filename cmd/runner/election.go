@@ -21,9 +21,51 @@ type LeaderElection struct {
 	Namespace string
 	// Identity of this replica (pod name).
 	Identity string
-	// LeaseDuration, RenewDeadline, RetryPeriod: client-go's defaults are
-	// 15s, 10s, 2s when zero.
+	// LeaseDuration, RenewDeadline, RetryPeriod: the Lease's timings
+	// (client-go tools/leaderelection); zero takes DefaultLeaseDuration,
+	// DefaultRenewDeadline, DefaultRetryPeriod. A cluster whose leader dies
+	// is reconciled again at most LeaseDuration (plus a RetryPeriod) later:
+	// in a wave, the breaker's trip waits that long (docs/scale.md).
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+}
+
+// The default Lease timings: client-go's and kube-controller-manager's
+// (LeaseDuration 15s, RenewDeadline 10s, RetryPeriod 2s).
+const (
+	DefaultLeaseDuration = 15 * time.Second
+	DefaultRenewDeadline = 10 * time.Second
+	DefaultRetryPeriod   = 2 * time.Second
+)
+
+// CheckTimings returns an error naming the bad value when the Lease
+// timings cannot work, nil otherwise (zero values are the defaults):
+// LeaseDuration a whole number of seconds, at least 1s (the Lease stores
+// leaseDurationSeconds, an integer); LeaseDuration > RenewDeadline >
+// RetryPeriod*1.2 (client-go's JitterFactor), each positive, as
+// leaderelection.NewLeaderElector requires.
+func (le LeaderElection) CheckTimings() error {
+	lease, renew, retry := le.timings()
+	switch {
+	case lease < time.Second || lease%time.Second != 0:
+		return fmt.Errorf("lease duration %s: want a whole number of seconds, at least 1s (the Lease stores whole seconds)", lease)
+	case renew <= 0 || renew >= lease:
+		return fmt.Errorf("renew deadline %s: want more than 0 and less than the lease duration (%s)", renew, lease)
+	case retry <= 0 || float64(renew) <= leaderelection.JitterFactor*float64(retry):
+		return fmt.Errorf("retry period %s: want more than 0 and the renew deadline (%s) more than %g times it", retry, renew, leaderelection.JitterFactor)
+	}
+	return nil
+}
+
+// timings is le's LeaseDuration, RenewDeadline and RetryPeriod, the
+// defaults for zeros (a negative one stays, for CheckTimings to refuse).
+func (le LeaderElection) timings() (lease, renew, retry time.Duration) {
+	d := func(v, def time.Duration) time.Duration {
+		if v != 0 {
+			return v
+		}
+		return def
+	}
+	return d(le.LeaseDuration, DefaultLeaseDuration), d(le.RenewDeadline, DefaultRenewDeadline), d(le.RetryPeriod, DefaultRetryPeriod)
 }
 
 // LeaseName is the name of the controller's Lease in each cluster.
@@ -33,12 +75,7 @@ const LeaseName = "fleetrepair-controller"
 // leadership changes to set. Losing a lease never stops the process: the
 // replica keeps serving the API and campaigns again.
 func runElection(ctx context.Context, le LeaderElection, cluster string, cs kubernetes.Interface, set func(string, bool)) error {
-	d := func(v, def time.Duration) time.Duration {
-		if v > 0 {
-			return v
-		}
-		return def
-	}
+	lease, renew, retry := le.timings()
 	lock := &resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Name: LeaseName, Namespace: le.Namespace},
 		Client:     cs.CoordinationV1(),
@@ -46,9 +83,7 @@ func runElection(ctx context.Context, le LeaderElection, cluster string, cs kube
 	}
 	cfg := leaderelection.LeaderElectionConfig{
 		Lock: lock, Name: LeaseName + "/" + cluster, ReleaseOnCancel: true,
-		LeaseDuration: d(le.LeaseDuration, 15*time.Second),
-		RenewDeadline: d(le.RenewDeadline, 10*time.Second),
-		RetryPeriod:   d(le.RetryPeriod, 2*time.Second),
+		LeaseDuration: lease, RenewDeadline: renew, RetryPeriod: retry,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(context.Context) { set(cluster, true) },
 			OnStoppedLeading: func() { set(cluster, false) },

@@ -641,7 +641,8 @@ func checkController(t *testing.T, objs []*unstructured.Unstructured) {
 	pod := d.Spec.Template.Spec
 	c := pod.Containers[0]
 	for _, arg := range []string{"controller", "--cluster=c1=in-cluster", "--leader-elect", "--leader-elect-namespace=$(POD_NAMESPACE)",
-		"--leader-elect-identity=$(POD_NAME)", "--agent-auth=tokenreview", "--agent-audience=fleetrepair",
+		"--leader-elect-identity=$(POD_NAME)", "--leader-elect-lease-duration=15s", "--leader-elect-renew-deadline=10s",
+		"--leader-elect-retry-period=2s", "--agent-auth=tokenreview", "--agent-audience=fleetrepair",
 		"--agent-service-account=system:serviceaccount:fleetrepair:fleetrepair-agent"} {
 		if !slices.Contains(c.Args, arg) {
 			t.Errorf("controller args %v: missing %s", c.Args, arg)

@@ -1,14 +1,18 @@
 package load
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"runtime"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -129,5 +133,76 @@ func BenchmarkAgentsStalledController(b *testing.B) {
 				base.CloseIdleConnections()
 			}
 		})
+	}
+}
+
+// TestAgentTransport checks what the simulated agents' transport records:
+// the server gets the body as sent (re-readable or not), an accepted
+// report's finding IDs are acknowledged, and a POST that never had a
+// connection counts as no answer without one (noConn).
+func TestAgentTransport(t *testing.T) {
+	got := make(chan string, 2)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got <- r.Host + " " + string(b)
+	}))
+	defer srv.Close()
+	u, _ := url.Parse(srv.URL)
+	st := newAgentStats()
+	base := agentBaseTransport(1)
+	tr := &agentTransport{base: base, urls: []*url.URL{u}, st: st}
+	const body = `{"cluster":"c","node":"n","findings":[{"id":"f-1"},{"id":"f-2"}]}`
+	for name, rd := range map[string]io.Reader{"re-readable": strings.NewReader(body), "read once": io.MultiReader(strings.NewReader(body))} {
+		req, err := http.NewRequest(http.MethodPost, "http://placeholder"+uplink.ReportsPath, rd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		resp.Body.Close()
+		if g := <-got; g != u.Host+" "+body {
+			t.Fatalf("%s: server got %q", name, g)
+		}
+		if req.URL.Host != "placeholder" {
+			t.Fatalf("%s: the caller's request was changed: %s", name, req.URL)
+		}
+	}
+	if _, ok := st.ackTime("f-1"); !ok || st.ackedCount() != 2 || st.ok.Load() != 2 {
+		t.Fatalf("acknowledged %d findings in %d accepted POSTs, want f-1 and f-2 in 2", st.ackedCount(), st.ok.Load())
+	}
+	srv.Close()
+	base.CloseIdleConnections() // no stale connection to the closed server
+	req, _ := http.NewRequest(http.MethodPost, "http://placeholder"+uplink.ReportsPath, strings.NewReader(body))
+	if _, err := tr.RoundTrip(req); err == nil {
+		t.Fatal("POST to a closed server: no error")
+	}
+	if c := st.counts(); c.network != 1 || c.noConn != 1 {
+		t.Fatalf("outcomes after a refused connect %+v, want network 1 and noConn 1", c)
+	}
+}
+
+// BenchmarkAgentTransport measures what one accepted heartbeat POST through
+// the simulated agents' transport allocates (B/op, allocs/op), the uplink's
+// request built as agent/uplink builds it.
+func BenchmarkAgentTransport(b *testing.B) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.Copy(io.Discard, r.Body) }))
+	defer srv.Close()
+	u, _ := url.Parse(srv.URL)
+	tr := &agentTransport{base: agentBaseTransport(1), urls: []*url.URL{u}, st: newAgentStats()}
+	body := []byte(`{"schemaVersion":1,"cluster":"load","node":"gpu-a-00001","bootID":"6f1c2d3e-4b5a-4978-8a9b-0c1d2e3f4a5b","agentVersion":"load","findings":[],` +
+		`"heartbeat":{"driverVersion":"550.54.15","kernelVersion":"6.8.0-1015-aws","gpuCount":8,"monitors":[{"name":"kmsg","state":"ok","since":"2026-12-01T23:00:00Z"}]}}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, "http://placeholder"+uplink.ReportsPath, bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
 	}
 }

@@ -86,9 +86,16 @@ func (c Config) validate() error {
 		v    time.Duration
 	}{{"heartbeat", c.Heartbeat}, {"flush", c.Flush}, {"steady", c.Steady}, {"waveSpread", c.WaveSpread},
 		{"waveMax", c.WaveMax}, {"toleration", c.Toleration}, {"resync", c.Resync}, {"drain", c.Drain},
-		{"profileFor", c.ProfileFor}, {"heapProfileEvery", c.HeapProfileEvery}} {
+		{"profileFor", c.ProfileFor}, {"heapProfileEvery", c.HeapProfileEvery}, {"agentRamp", c.AgentRamp}} {
 		if d.v <= 0 {
 			add("%s %s: want more than 0", d.name, d.v)
+		}
+	}
+	if c.LeaseDuration != 0 {
+		if c.Replicas != 2 {
+			add("lease-duration %s with replicas %d: only 2 replicas elect a leader", c.LeaseDuration, c.Replicas)
+		} else if err := leaseTimings(c.LeaseDuration).CheckTimings(); err != nil {
+			add("lease-duration %s: %v", c.LeaseDuration, err)
 		}
 	}
 	if c.Nodes >= 1 && c.Clusters >= 1 && c.Clusters <= MaxClusters {

@@ -55,6 +55,11 @@ func TestFlagConfig(t *testing.T) {
 		{"clusters over the cap", func(f *flagValues) { f.clusters = 101 }, "load config: clusters 101: want 1 to 100"},
 		{"db-pool negative", func(f *flagValues) { f.dbPool = -1 }, "load config: db-pool -1: want 0 (the controller's default) or more"},
 		{"heap-every negative", func(f *flagValues) { f.heapEvery = -time.Second }, "load config: heap-every -1s: want 0 (never) or more"},
+		{"agent-ramp negative", func(f *flagValues) { f.agentRamp = -time.Minute }, "load config: agent-ramp -1m0s: want 0 (scaled with the nodes) or more"},
+		{"lease with one replica", func(f *flagValues) { f.replicas, f.lease = 1, 5*time.Second },
+			"load config: lease-duration 5s with replicas 1: only 2 replicas elect a leader"},
+		{"lease not whole seconds", func(f *flagValues) { f.lease = 2500 * time.Millisecond },
+			"load config: lease-duration 2.5s: lease duration 2.5s: want a whole number of seconds, at least 1s (the Lease stores whole seconds)"},
 		{"first cluster without clusters", func(f *flagValues) { f.firstNodes = 10 },
 			"load config: first-cluster-nodes 10 with clusters 1: only the fleet scenario (clusters > 1) has a first cluster"},
 		{"too few nodes for the wave", func(f *flagValues) { f.nodes = 3 },
@@ -112,6 +117,70 @@ func TestFlagConfigFleet(t *testing.T) {
 	}
 }
 
+func TestFlagConfigAgentRamp(t *testing.T) {
+	for _, tc := range []struct {
+		nodes, clusters int
+		heartbeat, ramp time.Duration
+		want            time.Duration
+	}{
+		{1000, 1, 30 * time.Second, 0, 30 * time.Second},                   // one heartbeat, as before the ramp
+		{10000, 1, 30 * time.Second, 0, 30 * time.Second},                  // 3 ms x 10,000 is one heartbeat
+		{20000, 10, 30 * time.Second, 0, time.Minute},                      // 3 ms per agent
+		{100000, 10, 30 * time.Second, 0, 5 * time.Minute},                 // 100,000 agents
+		{20000, 10, 6 * time.Second, 0, time.Minute},                       // a short heartbeat does not shorten it
+		{200, 1, 5 * time.Minute, 0, 5 * time.Minute},                      // a long heartbeat lengthens it
+		{100000, 10, 30 * time.Second, 20 * time.Minute, 20 * time.Minute}, // set: kept
+	} {
+		f := defaultFlags()
+		f.nodes, f.clusters, f.heartbeat, f.agentRamp = tc.nodes, tc.clusters, tc.heartbeat, tc.ramp
+		if tc.clusters > 1 {
+			f.replicas = 1
+		}
+		cfg, err := flagConfig(f, nil)
+		if err != nil {
+			t.Fatalf("%d nodes: %v", tc.nodes, err)
+		}
+		if cfg.AgentRamp != tc.want {
+			t.Errorf("%d nodes, heartbeat %s, -load.agent-ramp %s: AgentRamp %s, want %s", tc.nodes, tc.heartbeat, tc.ramp, cfg.AgentRamp, tc.want)
+		}
+	}
+}
+
+func TestRampDelay(t *testing.T) {
+	const n, ramp = 1000, 5 * time.Minute
+	prev := time.Duration(-1)
+	for i := range n {
+		d := rampDelay(i, n, ramp)
+		if d <= prev || d < 0 || d >= ramp {
+			t.Fatalf("agent %d of %d starts at %s after %s: want increasing, within [0, %s)", i, n, d, prev, ramp)
+		}
+		// Evenly: agent i at i*ramp/n, to the nanosecond's rounding.
+		if want := ramp / n * time.Duration(i); d-want > time.Microsecond || want-d > time.Microsecond {
+			t.Fatalf("agent %d starts at %s, want %s", i, d, want)
+		}
+		prev = d
+	}
+	if got := rampDelay(0, n, ramp); got != 0 {
+		t.Errorf("first agent at %s, want 0", got)
+	}
+	if got := rampDelay(n-1, n, ramp); got != ramp-ramp/n {
+		t.Errorf("last agent at %s, want %s", got, ramp-ramp/n)
+	}
+	// 100,000 agents over an hour: no overflow, the last within the ramp.
+	if got := rampDelay(99_999, 100_000, time.Hour); got <= 59*time.Minute || got >= time.Hour {
+		t.Errorf("agent 99,999 of 100,000 over 1h at %s", got)
+	}
+	for _, tc := range []struct {
+		i, n int
+		ramp time.Duration
+		want time.Duration
+	}{{0, 1, time.Minute, 0}, {5, 1, time.Minute, 0}, {-1, 10, time.Minute, 0}, {3, 10, 0, 0}, {20, 10, time.Minute, 54 * time.Second}} {
+		if got := rampDelay(tc.i, tc.n, tc.ramp); got != tc.want {
+			t.Errorf("rampDelay(%d, %d, %s) = %s, want %s", tc.i, tc.n, tc.ramp, got, tc.want)
+		}
+	}
+}
+
 func TestConfigValidate(t *testing.T) {
 	ok := Config{Nodes: 200}
 	ok.defaults()
@@ -126,6 +195,7 @@ func TestConfigValidate(t *testing.T) {
 		{func(c *Config) { c.WaveSpread = -time.Second }, "load config: waveSpread -1s: want more than 0"},
 		{func(c *Config) { c.WaveShare = 1.5 }, "load config: waveShare 1.5: want more than 0, at most 1"},
 		{func(c *Config) { c.CreateWorkers = -2 }, "load config: createWorkers -2: want 1 or more"},
+		{func(c *Config) { c.AgentRamp = -time.Second }, "load config: agentRamp -1s: want more than 0"},
 	} {
 		c := ok
 		tc.edit(&c)
@@ -233,5 +303,29 @@ func TestStopOnSignal(t *testing.T) {
 	stops.run() // the test's cleanups find nothing left to run twice
 	if len(order) != 3 {
 		t.Errorf("stop functions ran again: %v", order)
+	}
+}
+
+// TestFlagConfigLease: -load.lease-duration reaches Config and the
+// replicas' flags, with timings the controller accepts (a 15 s Lease gives
+// client-go's defaults).
+func TestFlagConfigLease(t *testing.T) {
+	f := defaultFlags()
+	f.lease = 5 * time.Second
+	cfg, err := flagConfig(f, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.LeaseDuration != 5*time.Second {
+		t.Fatalf("LeaseDuration %s, want 5s", cfg.LeaseDuration)
+	}
+	le := leaseTimings(15 * time.Second)
+	if le.RenewDeadline != 10*time.Second || le.RetryPeriod != 2*time.Second {
+		t.Fatalf("leaseTimings(15s) = %s, %s; want client-go's 10s, 2s", le.RenewDeadline, le.RetryPeriod)
+	}
+	for _, s := range []int{1, 2, 5, 7, 60} {
+		if err := leaseTimings(time.Duration(s) * time.Second).CheckTimings(); err != nil {
+			t.Errorf("leaseTimings(%ds): %v", s, err)
+		}
 	}
 }

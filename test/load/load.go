@@ -54,6 +54,7 @@ import (
 
 	"github.com/fleetrepair/fleetrepair/agent/finding"
 	"github.com/fleetrepair/fleetrepair/agent/uplink"
+	"github.com/fleetrepair/fleetrepair/cmd/runner"
 	"github.com/fleetrepair/fleetrepair/controller/config"
 	"github.com/fleetrepair/fleetrepair/test/envtest"
 	"github.com/fleetrepair/fleetrepair/test/karpentersim"
@@ -98,13 +99,25 @@ type Config struct {
 	// the share of that zone reporting Xid 79 (0.6): 150 nodes at 1,000.
 	WaveZoneShare, WaveShare float64
 	WaveSpread               time.Duration // the wave's reports fall within this (3s)
-	Heartbeat                time.Duration // agent heartbeat interval (30s); agents start spread over one
+	Heartbeat                time.Duration // agent heartbeat interval (30s)
 	Flush                    time.Duration // agent flush interval (5s)
 	Steady                   time.Duration // steady-state phase (60s)
 	WaveMax                  time.Duration // longest wait for the wave's outcome (3m)
 	Toleration               time.Duration // controller --toleration (30s)
 	Resync                   time.Duration // controller --resync (10s, its default)
 	Workers                  int           // controller --workers (16, its default)
+	// AgentRamp is how long the agents take to start, evenly, one after
+	// the other (defaultAgentRamp: one Heartbeat, or 3 ms per agent when
+	// longer: 5 min at 100,000). The phases start once every agent has
+	// started and had a report accepted (or, in the fleet scenario, a
+	// deadline of AgentRamp + Heartbeat + Flush + 2 min has passed).
+	AgentRamp time.Duration
+	// LeaseDuration, when not 0, is the replicas' Lease duration with 2
+	// replicas (--leader-elect-lease-duration; renew deadline 2/3 of it,
+	// retry period 2/15: leaseTimings); 0 leaves the controller's default
+	// (runner.DefaultLeaseDuration, 15 s). The killed leader's cluster waits
+	// about this long for the other replica.
+	LeaseDuration time.Duration
 	// DBPoolConns, when > 0, is pool_max_conns in the controllers'
 	// --database-url. 0 sets none: the controller's own pool size,
 	// store.DefaultMaxConns (32, controller/store/store.go). (pgxpool's
@@ -157,6 +170,7 @@ func (c *Config) defaults() {
 	}
 	orDefault(&c.WaveSpread, 3*time.Second)
 	orDefault(&c.Heartbeat, 30*time.Second)
+	orDefault(&c.AgentRamp, defaultAgentRamp(max(c.Nodes, 0), c.Heartbeat)) // negative Nodes are refused by validate
 	orDefault(&c.Flush, 5*time.Second)
 	orDefault(&c.Steady, 60*time.Second)
 	orDefault(&c.WaveMax, 3*time.Minute)
@@ -179,16 +193,18 @@ type Phase struct {
 	Name     string
 	Duration time.Duration
 	// Reports accepted (2xx), answered 429, 5xx, other 4xx, and POSTs that
-	// got no answer (connection refused, timeout) during the phase.
-	Accepted, TooMany, ServerErrors, ClientErrors, NetworkErrors int64
-	P50, P99                                                     time.Duration // latency of the accepted POSTs
-	ControllerCores                                              float64       // CPU of every replica, in cores (CPU s / wall s)
-	ControllerRSS                                                int64         // largest RSS of one replica, sampled every second, bytes
-	PostgresCores                                                float64       // postmaster and children, cores
-	HarnessCores                                                 float64       // this process (agents, API polling): it shares the CPUs
-	HarnessRSS                                                   int64         // largest RSS of this process, sampled every second, bytes
-	APIRequests                                                  float64       // apiserver_request_total delta, the harness's own taken out
-	APIByVerb                                                    map[string]float64
+	// got no answer (connection refused, timeout) during the phase; NoConn
+	// of NetworkErrors spent most of their time without a connection
+	// (waiting in the harness's bounded transport, or connecting).
+	Accepted, TooMany, ServerErrors, ClientErrors, NetworkErrors, NoConn int64
+	P50, P99                                                             time.Duration // latency of the accepted POSTs
+	ControllerCores                                                      float64       // CPU of every replica, in cores (CPU s / wall s)
+	ControllerRSS                                                        int64         // largest RSS of one replica, sampled every second, bytes
+	PostgresCores                                                        float64       // postmaster and children, cores
+	HarnessCores                                                         float64       // this process (agents, API polling): it shares the CPUs
+	HarnessRSS                                                           int64         // largest RSS of this process, sampled every second, bytes
+	APIRequests                                                          float64       // apiserver_request_total delta, the harness's own taken out
+	APIByVerb                                                            map[string]float64
 	// LoadStart and LoadEnd are the machine's 1-minute load average
 	// (/proc/loadavg) when the phase started and ended: everything on the
 	// machine, other runs included, competes for the same CPUs.
@@ -327,6 +343,8 @@ type harness struct {
 	waveNodes []*node
 	lone      *node
 	enqueued  atomic.Int64
+	started   atomic.Int64 // agents whose uplink runs (startAgents)
+	agents    atomic.Int64 // agents built, started or not (startAgents; read by watchSelf)
 
 	mu      sync.Mutex
 	deadCPU float64 // CPU seconds of killed replicas, read at the kill
@@ -502,6 +520,11 @@ func (h *harness) startReplica(ctx context.Context, bin string, i int) *replica 
 	}
 	if h.cfg.Replicas > 1 {
 		args = append(args, "--leader-elect", "--leader-elect-namespace", "default", "--leader-elect-identity", name)
+		if h.cfg.LeaseDuration != 0 {
+			le := leaseTimings(h.cfg.LeaseDuration)
+			args = append(args, "--leader-elect-lease-duration", le.LeaseDuration.String(),
+				"--leader-elect-renew-deadline", le.RenewDeadline.String(), "--leader-elect-retry-period", le.RetryPeriod.String())
+		}
 	}
 	dir := h.cfg.LogDir
 	if dir == "" {
@@ -588,16 +611,22 @@ func (h *harness) sampleRSS(ctx context.Context) {
 	}
 }
 
-// startAgents starts one uplink per node, spread over one heartbeat
-// interval (a fleet's agents do not start in the same second), and waits
-// until every agent has had a report accepted.
+// startAgents builds one uplink per node and starts them one after the
+// other, evenly over cfg.AgentRamp (rampDelay), from one goroutine: an
+// agent not started yet holds no goroutine or timer. It returns once every
+// agent has started and had a report accepted; the phases follow. A fleet
+// whose agents are not all accepted by AgentRamp + Heartbeat + Flush + 2
+// min is recorded as a failure (fleet scenario) or ends the run.
 func (h *harness) startAgents(ctx context.Context) {
 	var urls []*url.URL
 	for _, r := range h.replicas {
 		urls = append(urls, r.url)
 	}
 	base := agentBaseTransport(len(urls))
-	discard := slog.New(slog.NewTextHandler(io.Discard, nil))
+	// Agent logs are dropped before they are formatted (a text handler
+	// writing to io.Discard formats every line: each agent's first failed
+	// attempt, at 100,000 agents).
+	discard := slog.New(slog.DiscardHandler)
 	// One metric set for every agent: 13 collectors per uplink cost about
 	// 9.5 KB of heap each (BenchmarkNew in agent/uplink), 950 MB at 100,000.
 	um, err := uplink.NewMetrics(nil)
@@ -616,19 +645,33 @@ func (h *harness) startAgents(ctx context.Context) {
 		n.up = up
 		up.SetHeartbeat(finding.Heartbeat{DriverVersion: "550.54.15", KernelVersion: "6.8.0-1015-aws", GPUCount: 8,
 			Monitors: []finding.MonitorState{{Name: "kmsg", State: finding.StateOK, Since: time.Now()}}})
-		delay := time.Duration(rand.Int64N(int64(h.cfg.Heartbeat)))
-		go func() {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(delay):
-			}
-			_ = up.Run(ctx)
-		}()
 	}
-	deadline := time.Now().Add(h.cfg.Heartbeat + h.cfg.Flush + 2*time.Minute)
+	// The start order is shuffled, so the clusters' agents start mixed, as
+	// nodes join a fleet, not cluster after cluster.
+	h.agents.Store(int64(len(h.nodes)))
+	order := rand.Perm(len(h.nodes))
+	start := time.Now()
+	h.log("starting %d agents over %s", len(h.nodes), h.cfg.AgentRamp)
+	started := make(chan struct{})
+	go func() {
+		defer close(started)
+		for k, i := range order {
+			if d := time.Until(start.Add(rampDelay(k, len(order), h.cfg.AgentRamp))); d > 0 {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(d):
+				}
+			}
+			up := h.nodes[i].up
+			h.started.Add(1)
+			go func() { _ = up.Run(ctx) }()
+		}
+	}()
+	deadline := start.Add(h.cfg.AgentRamp + h.cfg.Heartbeat + h.cfg.Flush + 2*time.Minute)
 	for h.st.firstOK.Load() < int64(len(h.nodes)) {
 		if time.Now().After(deadline) {
+			<-started
 			if h.fleet() { // how far a fleet too large for the controller gets is a figure, not a setup failure
 				h.fail("only %d of %d agents had a report accepted by the end of setup (outcomes %+v)", h.st.firstOK.Load(), len(h.nodes), h.st.counts())
 				return
@@ -637,7 +680,8 @@ func (h *harness) startAgents(ctx context.Context) {
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
-	h.log("all %d agents reporting", len(h.nodes))
+	<-started
+	h.log("all %d agents started and reporting (%s)", len(h.nodes), time.Since(start).Round(time.Second))
 }
 
 // agentConnsPerReplica bounds the simulated agents' connections to one
@@ -755,7 +799,7 @@ func (h *harness) phase(ctx context.Context, name string, fn func()) {
 	p.LoadEnd, _ = loadAverage()
 	secs := p.Duration.Seconds()
 	c := h.st.counts().sub(c0)
-	p.Accepted, p.TooMany, p.ServerErrors, p.ClientErrors, p.NetworkErrors = c.ok, c.tooMany, c.server, c.client, c.network
+	p.Accepted, p.TooMany, p.ServerErrors, p.ClientErrors, p.NetworkErrors, p.NoConn = c.ok, c.tooMany, c.server, c.client, c.network, c.noConn
 	lat := h.st.takeLatencies()
 	p.P50, p.P99 = quantile(lat, 0.5), quantile(lat, 0.99)
 	p.ControllerCores = (h.controllerCPU() - ctl0) / secs
@@ -1156,4 +1200,11 @@ func orDefault[T comparable](v *T, d T) {
 	if *v == zero {
 		*v = d
 	}
+}
+
+// leaseTimings are the replicas' Lease timings for Config.LeaseDuration
+// lease: renew deadline 2/3 of it, retry period 2/15 (15 s gives
+// client-go's 10 s and 2 s).
+func leaseTimings(lease time.Duration) runner.LeaderElection {
+	return runner.LeaderElection{LeaseDuration: lease, RenewDeadline: lease * 2 / 3, RetryPeriod: lease * 2 / 15}
 }

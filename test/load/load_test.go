@@ -36,19 +36,21 @@ var (
 	flagBinary     = flag.String("load.binary", "", "the fleetrepair binary to run (default: go build ./cmd/fleetrepair during setup)")
 	flagPprof      = flag.String("load.pprof", "localhost:0", "serve the harness's net/http/pprof on this address (printed at start; empty: off)")
 	flagHeapEvery  = flag.Duration("load.heap-every", 5*time.Minute, "write a heap profile of the harness this often into the -load.logs folder (default: load-heap-<nodes> in the system temp folder; 0: never)")
+	flagLease      = flag.Duration("load.lease-duration", 0, "with 2 replicas, the controllers' --leader-elect-lease-duration (whole seconds; renew deadline 2/3 of it, retry period 2/15); 0: the controller's default, 15s")
+	flagAgentRamp  = flag.Duration("load.agent-ramp", 0, "start the agents evenly over this, the phases after it (0: one heartbeat, or 3 ms per agent when longer: 5m at 100,000 nodes)")
 )
 
 // flagValues are the -load.* flags that size a run.
 type flagValues struct {
-	nodes, zones, clusters, firstNodes, replicas, workers, dbPool int
-	steady, heartbeat, toleration, pgOutage, heapEvery            time.Duration
-	profile, logs, binary                                         string
+	nodes, zones, clusters, firstNodes, replicas, workers, dbPool        int
+	steady, heartbeat, toleration, pgOutage, heapEvery, agentRamp, lease time.Duration
+	profile, logs, binary                                                string
 }
 
 func currentFlags() flagValues {
 	return flagValues{nodes: *flagNodes, zones: *flagZones, clusters: *flagClusters, firstNodes: *flagFirstNodes,
 		replicas: *flagReplicas, workers: *flagWorkers, dbPool: *flagDBPool, steady: *flagSteady, heartbeat: *flagHeartbeat,
-		toleration: *flagToleration, pgOutage: *flagPGOutage, heapEvery: *flagHeapEvery, profile: *flagProfile,
+		toleration: *flagToleration, pgOutage: *flagPGOutage, heapEvery: *flagHeapEvery, agentRamp: *flagAgentRamp, lease: *flagLease, profile: *flagProfile,
 		logs: *flagLogs, binary: *flagBinary}
 }
 
@@ -58,8 +60,9 @@ func currentFlags() flagValues {
 // run cannot use it, not replaced: -load.nodes=0 is an error, not 1,000
 // nodes. -load.pg-outage 0 or negative is no pg-outage phase,
 // -load.heap-every 0 no heap profiles, -load.db-pool 0 the controller's
-// pool size, -load.first-cluster-nodes 0 min(10000, nodes/2). It returns
-// one error naming each bad value.
+// pool size, -load.first-cluster-nodes 0 min(10000, nodes/2),
+// -load.agent-ramp 0 defaultAgentRamp. It returns one error naming each
+// bad value.
 func flagConfig(f flagValues, progress io.Writer) (Config, error) {
 	var bad []string
 	for _, v := range []struct {
@@ -79,6 +82,9 @@ func flagConfig(f flagValues, progress io.Writer) (Config, error) {
 	if f.heapEvery < 0 {
 		bad = append(bad, fmt.Sprintf("heap-every %s: want 0 (never) or more", f.heapEvery))
 	}
+	if f.agentRamp < 0 {
+		bad = append(bad, fmt.Sprintf("agent-ramp %s: want 0 (scaled with the nodes) or more", f.agentRamp))
+	}
 	if len(bad) > 0 {
 		return Config{}, errors.New("load config: " + strings.Join(bad, "; "))
 	}
@@ -96,7 +102,8 @@ func flagConfig(f flagValues, progress io.Writer) (Config, error) {
 	cfg := Config{Nodes: f.nodes, Clusters: f.clusters, FirstClusterNodes: f.firstNodes, ProfileDir: f.profile, Zones: f.zones,
 		Replicas: f.replicas, KillLeader: f.replicas == 2 && f.clusters == 1, Workers: f.workers, Steady: f.steady,
 		Heartbeat: f.heartbeat, Toleration: f.toleration, PGOutage: pgOutage, DBPoolConns: f.dbPool, LogDir: f.logs,
-		Binary: f.binary, Progress: progress, HeapProfileDir: heapDir, HeapProfileEvery: f.heapEvery}
+		Binary: f.binary, Progress: progress, HeapProfileDir: heapDir, HeapProfileEvery: f.heapEvery, AgentRamp: f.agentRamp,
+		LeaseDuration: f.lease}
 	if err := checkConfig(&cfg); err != nil {
 		return Config{}, err
 	}

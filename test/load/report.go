@@ -99,12 +99,12 @@ func (r *Result) writeVerdict(w io.Writer, b *strings.Builder) error {
 // writePhaseHeader and writePhaseRow are the phase table's header and one
 // phase's row (tab-separated, for a tabwriter).
 func writePhaseHeader(w io.Writer) {
-	fmt.Fprintln(w, "phase\tseconds\taccepted/s\tp50 ms\tp99 ms\t429\t5xx\t4xx\tno answer\tctrl cores\tctrl RSS MiB\tpg cores\tharness cores\tharness RSS MiB\tapiserver req/s\tload avg start/end\t")
+	fmt.Fprintln(w, "phase\tseconds\taccepted/s\tp50 ms\tp99 ms\t429\t5xx\t4xx\tno answer\tno conn\tctrl cores\tctrl RSS MiB\tpg cores\tharness cores\tharness RSS MiB\tapiserver req/s\tload avg start/end\t")
 }
 
 func writePhaseRow(w io.Writer, p Phase) {
-	fmt.Fprintf(w, "%s\t%.0f\t%.1f\t%.1f\t%.1f\t%d\t%d\t%d\t%d\t%.2f\t%.0f\t%.2f\t%.2f\t%.0f\t%.1f\t%.1f/%.1f\t\n", p.Name, p.Duration.Seconds(), p.Rate(),
-		ms(p.P50), ms(p.P99), p.TooMany, p.ServerErrors, p.ClientErrors, p.NetworkErrors, p.ControllerCores,
+	fmt.Fprintf(w, "%s\t%.0f\t%.1f\t%.1f\t%.1f\t%d\t%d\t%d\t%d\t%d\t%.2f\t%.0f\t%.2f\t%.2f\t%.0f\t%.1f\t%.1f/%.1f\t\n", p.Name, p.Duration.Seconds(), p.Rate(),
+		ms(p.P50), ms(p.P99), p.TooMany, p.ServerErrors, p.ClientErrors, p.NetworkErrors, p.NoConn, p.ControllerCores,
 		float64(p.ControllerRSS)/(1<<20), p.PostgresCores, p.HarnessCores, float64(p.HarnessRSS)/(1<<20), p.APIRate(), p.LoadStart, p.LoadEnd)
 }
 
@@ -112,6 +112,7 @@ func writePhaseRow(w io.Writer, p Phase) {
 const phaseLegend = `accepted/s, p50, p99: reports answered 2xx per second and their latency, as the agents saw it.
 429, 5xx, 4xx: reports answered so (429: the controller's backpressure, retried by the agent after Retry-After).
 no answer: POSTs that got no HTTP answer (connection refused or reset, timeout), e.g. the killed replica's agents until they move to the other one.
+no conn: those of no answer that spent most of their time without a connection: waiting in the harness's own bound (4,096 connections per replica) or connecting.
 ctrl cores: CPU of every controller replica together, in cores (CPU seconds / wall seconds); ctrl RSS: the largest RSS of one replica, sampled every second.
 pg cores: the postmaster and every backend; harness cores, RSS: this process (agents, API polling), which shares the CPUs.
 apiserver req/s: apiserver_request_total of every API server, the harness's own requests taken out.

@@ -82,8 +82,8 @@ func (h *harness) watchSelf(ctx context.Context) {
 			if h.cfg.SelfEvery > 0 && now.Sub(lastPrint) >= h.cfg.SelfEvery {
 				lastPrint = now
 				s := sampleSelf()
-				h.prog.printf("harness: RSS %.0f MiB, heap %.0f MiB, %d goroutines, %d agents reporting, outcomes %+v",
-					float64(s.rss)/(1<<20), float64(s.heap)/(1<<20), s.goroutines, h.st.firstOK.Load(), h.st.counts())
+				h.prog.printf("harness: RSS %.0f MiB, heap %.0f MiB, %d goroutines, agents: %d of %d started, %d had a report accepted, outcomes %+v",
+					float64(s.rss)/(1<<20), float64(s.heap)/(1<<20), s.goroutines, h.started.Load(), h.agents.Load(), h.st.firstOK.Load(), h.st.counts())
 			}
 			if h.cfg.HeapProfileDir != "" && h.cfg.HeapProfileEvery > 0 && now.Sub(lastHeap) >= h.cfg.HeapProfileEvery {
 				lastHeap = now

@@ -129,10 +129,15 @@ type Config struct {
 // Ingest backpressure defaults (Config.MaxIngestInFlight, IngestTimeout)
 // and the Retry-After answered with 429 (overloaded) and 503 (database
 // unavailable), in seconds. The agent (agent/uplink) waits at least that long
-// before it resends the same batch, spooling meanwhile.
+// before it resends the same batch, spooling meanwhile. DefaultIngestTimeout
+// is half the agent's own request timeout (agent/uplink
+// DefaultRequestTimeout, 10 s): a write that slow is answered 503 with
+// Retry-After while the agent still listens, instead of the agent giving up
+// first and resending at once (docs/scale.md, "The harness at 100,000
+// agents").
 const (
 	DefaultMaxIngestInFlight = 64
-	DefaultIngestTimeout     = 10 * time.Second
+	DefaultIngestTimeout     = 5 * time.Second
 	RetryAfterOverloaded     = 1
 	RetryAfterUnavailable    = 5
 )

@@ -206,6 +206,18 @@ func TestIngestDatabaseDown(t *testing.T) {
 }
 
 // TestIngestOverloaded: reports beyond MaxIngestInFlight are answered 429
+
+// TestIngestTimeoutUnderAgentTimeout: the controller gives up on a slow
+// write (503 with Retry-After) before the agent gives up on the request, so
+// a slow database is answered, not timed out (an agent that times out
+// resends without waiting).
+func TestIngestTimeoutUnderAgentTimeout(t *testing.T) {
+	if api.DefaultIngestTimeout >= uplink.DefaultRequestTimeout {
+		t.Fatalf("api.DefaultIngestTimeout %s, uplink.DefaultRequestTimeout %s: the controller's must be the shorter",
+			api.DefaultIngestTimeout, uplink.DefaultRequestTimeout)
+	}
+}
+
 // with Retry-After at once (nothing stored), and a write slower than
 // IngestTimeout 503 (its resend stores it exactly once).
 func TestIngestOverloaded(t *testing.T) {
