@@ -93,7 +93,7 @@ func BenchmarkAgentsStalledController(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			for b.Loop() {
 				u := c.listen(b)
-				base := agentBaseTransport(1)
+				bases := newAgentTransports(1)
 				st := newAgentStats()
 				um, err := uplink.NewMetrics(nil)
 				if err != nil {
@@ -103,7 +103,7 @@ func BenchmarkAgentsStalledController(b *testing.B) {
 				g0 := runtime.NumGoroutine()
 				done := make(chan struct{}, agents)
 				for i := range agents {
-					tr := &agentTransport{base: base, urls: []*url.URL{u}, st: st}
+					tr := &agentTransport{base: bases.forAgent(i), urls: []*url.URL{u}, st: st}
 					up, err := uplink.New(uplink.Config{URL: u.String(), Cluster: "c", Node: fmt.Sprintf("n-%05d", i), BootID: "boot",
 						AgentVersion: "load", Token: token, HTTPClient: &http.Client{Transport: tr}, FlushInterval: 100 * time.Millisecond,
 						HeartbeatInterval: time.Second, RequestTimeout: 500 * time.Millisecond, RetryInitialInterval: 100 * time.Millisecond,
@@ -130,7 +130,9 @@ func BenchmarkAgentsStalledController(b *testing.B) {
 				for range agents {
 					<-done
 				}
-				base.CloseIdleConnections()
+				for _, tr := range bases {
+					tr.CloseIdleConnections()
+				}
 			}
 		})
 	}
@@ -149,8 +151,8 @@ func TestAgentTransport(t *testing.T) {
 	defer srv.Close()
 	u, _ := url.Parse(srv.URL)
 	st := newAgentStats()
-	base := agentBaseTransport(1)
-	tr := &agentTransport{base: base, urls: []*url.URL{u}, st: st}
+	bases := newAgentTransports(1)
+	tr := &agentTransport{base: bases.forAgent(0), urls: []*url.URL{u}, st: st}
 	const body = `{"cluster":"c","node":"n","findings":[{"id":"f-1"},{"id":"f-2"}]}`
 	for name, rd := range map[string]io.Reader{"re-readable": strings.NewReader(body), "read once": io.MultiReader(strings.NewReader(body))} {
 		req, err := http.NewRequest(http.MethodPost, "http://placeholder"+uplink.ReportsPath, rd)
@@ -173,7 +175,9 @@ func TestAgentTransport(t *testing.T) {
 		t.Fatalf("acknowledged %d findings in %d accepted POSTs, want f-1 and f-2 in 2", st.ackedCount(), st.ok.Load())
 	}
 	srv.Close()
-	base.CloseIdleConnections() // no stale connection to the closed server
+	for _, b := range bases { // no stale connection to the closed server
+		b.CloseIdleConnections()
+	}
 	req, _ := http.NewRequest(http.MethodPost, "http://placeholder"+uplink.ReportsPath, strings.NewReader(body))
 	if _, err := tr.RoundTrip(req); err == nil {
 		t.Fatal("POST to a closed server: no error")
@@ -190,7 +194,7 @@ func BenchmarkAgentTransport(b *testing.B) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.Copy(io.Discard, r.Body) }))
 	defer srv.Close()
 	u, _ := url.Parse(srv.URL)
-	tr := &agentTransport{base: agentBaseTransport(1), urls: []*url.URL{u}, st: newAgentStats()}
+	tr := &agentTransport{base: newAgentTransports(1).forAgent(0), urls: []*url.URL{u}, st: newAgentStats()}
 	body := []byte(`{"schemaVersion":1,"cluster":"load","node":"gpu-a-00001","bootID":"6f1c2d3e-4b5a-4978-8a9b-0c1d2e3f4a5b","agentVersion":"load","findings":[],` +
 		`"heartbeat":{"driverVersion":"550.54.15","kernelVersion":"6.8.0-1015-aws","gpuCount":8,"monitors":[{"name":"kmsg","state":"ok","since":"2026-12-01T23:00:00Z"}]}}`)
 	b.ReportAllocs()

@@ -72,6 +72,9 @@ func (c Config) validate() error {
 	if c.SmallAPIServerGOGC < 1 {
 		add("smallAPIServerGOGC %d: want 1 or more", c.SmallAPIServerGOGC)
 	}
+	if c.SmallAPIServerNice < 1 || c.SmallAPIServerNice > 19 {
+		add("smallAPIServerNice %d: want 1 to 19", c.SmallAPIServerNice)
+	}
 	if c.Background < 0 {
 		add("background %g findings/s: want 0 or more", c.Background)
 	}

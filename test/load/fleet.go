@@ -127,7 +127,8 @@ func (h *harness) setupOtherClusters(ctx context.Context, first int) ([]*node, e
 		})
 	}
 	for i := 0; i < n; i += batch {
-		envs := envtest.StartN(h.tb, min(batch, n-i), envtest.Options{GoGC: h.cfg.SmallAPIServerGOGC, StartTimeout: 3 * time.Minute})
+		envs := envtest.StartN(h.tb, min(batch, n-i), envtest.Options{GoGC: h.cfg.SmallAPIServerGOGC, Nice: h.cfg.SmallAPIServerNice,
+			StartTimeout: 3 * time.Minute})
 		for j, env := range envs {
 			h.stops.add(func() { _ = env.Stop() })
 			_, cs, err := h.clients(env)

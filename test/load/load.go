@@ -89,6 +89,11 @@ type Config struct {
 	// (25): an idle one holds about 215 MiB of RSS with it and 265 MiB
 	// without (envtest.Options.GoGC).
 	SmallAPIServerGOGC int
+	// SmallAPIServerNice is the niceness of the other clusters'
+	// kube-apiservers and etcds (10; envtest.Options.Nice): they stand for
+	// clusters on machines of their own, so they get this machine's CPU
+	// after the controller, PostgreSQL, the first cluster and the agents.
+	SmallAPIServerNice int
 	// ProfileDir, when set, has the harness record the controller with
 	// `perf record -g` for ProfileFor in the middle of the steady phase
 	// (controller.perf there; read it with `perf report -i`).
@@ -157,6 +162,7 @@ func (c *Config) defaults() {
 	orDefault(&c.Clusters, 1)
 	orDefault(&c.FirstClusterNodes, max(0, min(10000, c.Nodes/2)))
 	orDefault(&c.SmallAPIServerGOGC, 25)
+	orDefault(&c.SmallAPIServerNice, 10)
 	orDefault(&c.ProfileFor, 20*time.Second)
 	orDefault(&c.Zones, 4)
 	orDefault(&c.Workers, config.DefaultWorkers)
@@ -622,7 +628,7 @@ func (h *harness) startAgents(ctx context.Context) {
 	for _, r := range h.replicas {
 		urls = append(urls, r.url)
 	}
-	base := agentBaseTransport(len(urls))
+	bases := newAgentTransports(len(urls))
 	// Agent logs are dropped before they are formatted (a text handler
 	// writing to io.Discard formats every line: each agent's first failed
 	// attempt, at 100,000 agents).
@@ -634,7 +640,7 @@ func (h *harness) startAgents(ctx context.Context) {
 		h.fatal("build agent metrics: %v", err)
 	}
 	for i, n := range h.nodes {
-		n.tr = &agentTransport{base: base, urls: urls, st: h.st}
+		n.tr = &agentTransport{base: bases.forAgent(i), urls: urls, st: h.st}
 		n.tr.cur.Store(int32(i % len(urls)))
 		up, err := uplink.New(uplink.Config{URL: urls[i%len(urls)].String(), Cluster: n.cluster, Node: n.name, BootID: n.boot,
 			AgentVersion: "load", Token: token, HTTPClient: &http.Client{Transport: n.tr}, FlushInterval: h.cfg.Flush,
@@ -696,28 +702,49 @@ const agentConnsPerReplica = 4096
 // agentDialTimeout bounds one connect of the simulated agents.
 const agentDialTimeout = 5 * time.Second
 
-// agentBaseTransport is the HTTP transport every simulated agent's POSTs go
-// through (under agentTransport), for replicas controller addresses. It
-// holds what 100,000 agents in one process can afford (docs/design.md,
-// "The load harness's agents share a bounded transport"): net/http lets a
-// connect outlive the request that started it (it may serve a later one),
-// so without MaxConnsPerHost and a dial timeout every POST that times out
-// against a controller too busy to accept leaves a connect behind, each up
-// to the kernel's SYN retries (about two minutes), and they pile up with
-// every retry: 10 goroutines and 124 KB per agent after 15 s in
-// BenchmarkAgentsStalledController, 12 GiB in the 100,000-node run. Idle
-// connections are kept up to the same bound, so agents reuse them instead
-// of connecting anew.
-func agentBaseTransport(replicas int) *http.Transport {
-	d := &net.Dialer{Timeout: agentDialTimeout, KeepAlive: 30 * time.Second}
-	return &http.Transport{
-		DialContext:         d.DialContext,
-		MaxConnsPerHost:     agentConnsPerReplica,
-		MaxIdleConnsPerHost: agentConnsPerReplica,
-		MaxIdleConns:        agentConnsPerReplica * max(1, replicas),
-		IdleConnTimeout:     90 * time.Second,
+// agentTransportShards is how many HTTP transports the simulated agents
+// share, agent i the (i mod agentTransportShards)-th, each with its share
+// of agentConnsPerReplica. One shared transport serialized 100,000 agents
+// on its per-host lock: in the session-7 100,000-node run 11,704 of them
+// waited in net/http's queueForDial for Transport.connsPerHostMu and the
+// harness stopped answering (docs/scale.md, "The 100,000-node run
+// (session 7)"). Real agents each have a transport of their own.
+const agentTransportShards = 64
+
+// agentTransports are the HTTP transports the simulated agents' POSTs go
+// through (under agentTransport). Together they hold what 100,000 agents in
+// one process can afford (docs/design.md, "The load harness's agents share
+// a bounded transport"): net/http lets a connect outlive the request that
+// started it (it may serve a later one), so without MaxConnsPerHost and a
+// dial timeout every POST that times out against a controller too busy to
+// accept leaves a connect behind, each up to the kernel's SYN retries
+// (about two minutes), and they pile up with every retry: 10 goroutines and
+// 124 KB per agent after 15 s in BenchmarkAgentsStalledController, 12 GiB
+// in the 100,000-node run. Idle connections are kept up to the same bound,
+// so agents reuse them instead of connecting anew.
+type agentTransports []*http.Transport
+
+// newAgentTransports returns agentTransportShards transports for replicas
+// controller addresses: at most agentConnsPerReplica connections to one
+// replica in all.
+func newAgentTransports(replicas int) agentTransports {
+	per := agentConnsPerReplica / agentTransportShards
+	out := make(agentTransports, agentTransportShards)
+	for i := range out {
+		d := &net.Dialer{Timeout: agentDialTimeout, KeepAlive: 30 * time.Second}
+		out[i] = &http.Transport{
+			DialContext:         d.DialContext,
+			MaxConnsPerHost:     per,
+			MaxIdleConnsPerHost: per,
+			MaxIdleConns:        per * max(1, replicas),
+			IdleConnTimeout:     90 * time.Second,
+		}
 	}
+	return out
 }
+
+// forAgent is the transport of the i-th agent.
+func (t agentTransports) forAgent(i int) *http.Transport { return t[i%len(t)] }
 
 // enqueue gives node n a finding.
 func (h *harness) enqueue(n *node, f finding.Finding) string {

@@ -95,7 +95,7 @@ func BenchmarkAgentsOverloadedController(b *testing.B) {
 				runtime.ReadMemStats(&ms0)
 				g0 := runtime.NumGoroutine()
 				u := c.listen(b)
-				base := agentBaseTransport(1)
+				bases := newAgentTransports(1)
 				st := newAgentStats()
 				um, err := uplink.NewMetrics(nil)
 				if err != nil {
@@ -105,7 +105,7 @@ func BenchmarkAgentsOverloadedController(b *testing.B) {
 				done := make(chan struct{}, agents)
 				ups := make([]*uplink.Uplink, agents)
 				for i := range agents {
-					tr := &agentTransport{base: base, urls: []*url.URL{u}, st: st}
+					tr := &agentTransport{base: bases.forAgent(i), urls: []*url.URL{u}, st: st}
 					up, err := uplink.New(uplink.Config{URL: u.String(), Cluster: "c", Node: fmt.Sprintf("n-%05d", i), BootID: "boot",
 						AgentVersion: "load", Token: token, HTTPClient: &http.Client{Transport: tr}, ShutdownTimeout: time.Millisecond,
 						Logger: slog.New(slog.DiscardHandler), Metrics: um})
@@ -146,7 +146,9 @@ func BenchmarkAgentsOverloadedController(b *testing.B) {
 				for range agents {
 					<-done
 				}
-				base.CloseIdleConnections()
+				for _, tr := range bases {
+					tr.CloseIdleConnections()
+				}
 			}
 		})
 	}

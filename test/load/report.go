@@ -17,8 +17,8 @@ func (r *Result) WriteTable(w io.Writer) error {
 	var b strings.Builder
 	clusters := "1 cluster"
 	if c.Clusters > 1 {
-		clusters = fmt.Sprintf("%d clusters (%s: %d Nodes with NodeClaims; %d others: %d Nodes, Nodes only, kube-apiserver GOGC %d)",
-			c.Clusters, Cluster, c.FirstClusterNodes, c.Clusters-1, c.Nodes-c.FirstClusterNodes, c.SmallAPIServerGOGC)
+		clusters = fmt.Sprintf("%d clusters (%s: %d Nodes with NodeClaims; %d others: %d Nodes, Nodes only, kube-apiserver GOGC %d, at niceness %d)",
+			c.Clusters, Cluster, c.FirstClusterNodes, c.Clusters-1, c.Nodes-c.FirstClusterNodes, c.SmallAPIServerGOGC, c.SmallAPIServerNice)
 	}
 	fmt.Fprintf(&b, "fleetrepair load: %d nodes in %d zones, %s, %d controller replica(s) (--workers %d, --toleration %s, --resync %s), heartbeat %s, background %.0f findings/s\n",
 		c.Nodes, c.Zones, clusters, c.Replicas, c.Workers, c.Toleration, c.Resync, c.Heartbeat, c.Background)

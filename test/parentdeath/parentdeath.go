@@ -37,6 +37,12 @@ const (
 	parentEnv = "FLEETREPAIR_PARENTDEATH_PARENT" // the PID that must be its parent
 )
 
+// NiceEnv, given to Wrapper as NiceEnv+"=N" (N from 1 to 19), runs the
+// real binary at niceness N: init sets it (setpriority) on the thread that
+// execs, so every thread of the binary inherits it. test/load runs the
+// simulated clusters' API servers so, below the controller it measures.
+const NiceEnv = "FLEETREPAIR_PARENTDEATH_NICE"
+
 func init() {
 	bin, ok := os.LookupEnv(execEnv)
 	if !ok {
@@ -45,9 +51,24 @@ func init() {
 	// init runs on the main thread; the signal is the thread's, and exec
 	// keeps only the thread that calls it: the same one.
 	runtime.LockOSThread()
-	parent := os.Getenv(parentEnv)
+	parent, nice := os.Getenv(parentEnv), os.Getenv(NiceEnv)
 	_ = os.Unsetenv(execEnv)
 	_ = os.Unsetenv(parentEnv)
+	_ = os.Unsetenv(NiceEnv)
+	if nice != "" {
+		n, err := strconv.Atoi(nice)
+		if err == nil && (n < 1 || n > 19) {
+			err = fmt.Errorf("want 1 to 19")
+		}
+		if err == nil {
+			// PRIO_PROCESS 0 is the calling thread on Linux: the one that execs.
+			err = unix.Setpriority(unix.PRIO_PROCESS, 0, n)
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "parentdeath: niceness %q for %s: %v\n", nice, bin, err)
+			os.Exit(127)
+		}
+	}
 	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0); err != nil {
 		fmt.Fprintf(os.Stderr, "parentdeath: set the parent-death signal for %s: %v\n", bin, err)
 		os.Exit(127)

@@ -149,3 +149,29 @@ func TestWrapperRefusesBadEnvironment(t *testing.T) {
 		t.Fatal("Wrapper took an environment entry without '='")
 	}
 }
+
+// TestWrapperNice: a wrapper given NiceEnv runs its binary at that
+// niceness (nice(1) with no arguments prints its own), and a bad value is
+// refused instead of running the binary at the wrong one.
+func TestWrapperNice(t *testing.T) {
+	nice, err := exec.LookPath("nice")
+	if err != nil {
+		t.Fatalf("nice(1) not found (Debian package coreutils): %v", err)
+	}
+	for _, tc := range []struct {
+		value, want string
+		fails       bool
+	}{{"7", "7", false}, {"19", "19", false}, {"0", "", true}, {"abc", "", true}} {
+		w, err := parentdeath.Wrapper(t.TempDir(), nice, parentdeath.NiceEnv+"="+tc.value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.Command(w).CombinedOutput()
+		switch {
+		case tc.fails && (err == nil || !strings.Contains(string(out), "niceness")):
+			t.Errorf("niceness %q: %v, output %q; want refused naming the niceness", tc.value, err, out)
+		case !tc.fails && (err != nil || strings.TrimSpace(string(out)) != tc.want):
+			t.Errorf("niceness %q: %v, output %q; want %s", tc.value, err, out, tc.want)
+		}
+	}
+}
