@@ -95,6 +95,12 @@ stops the controller with an error naming the variable.`,
 				}
 				o.Operators = ops
 			}
+			// Checked with or without --leader-elect: a bad timing is a
+			// mistake either way, and would surface at the next rollout
+			// that turns election on.
+			if err := checkLeaseFlags(leTimings); err != nil {
+				return err
+			}
 			if leaderElect {
 				if leNamespace == "" {
 					return errors.New("--leader-elect needs --leader-elect-namespace (or POD_NAMESPACE)")
@@ -105,9 +111,6 @@ stops the controller with an error naming the variable.`,
 				}
 				le := leTimings
 				le.Clients, le.Namespace, le.Identity = reviewers, leNamespace, leIdentity
-				if err := le.CheckTimings(); err != nil {
-					return fmt.Errorf("--leader-elect-lease-duration, --leader-elect-renew-deadline, --leader-elect-retry-period: %w", err)
-				}
 				o.LeaderElection = &le
 			}
 			switch agentAuth {
@@ -423,6 +426,33 @@ func newMigrateCmd() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&dsn, "database-url", envOr("DATABASE_URL", ""), "PostgreSQL connection string (env DATABASE_URL)")
 	return cmd
+}
+
+// leaseFlags names the flag of each Lease timing (runner.TimingError).
+var leaseFlags = map[string]string{"lease duration": "--leader-elect-lease-duration",
+	"renew deadline": "--leader-elect-renew-deadline", "retry period": "--leader-elect-retry-period"}
+
+// checkLeaseFlags refuses Lease timings the election cannot use
+// (runner.LeaderElection.CheckTimings), naming the flag; 0 is refused too
+// (the flags' defaults are the defaults, so a 0 is a mistake).
+func checkLeaseFlags(le runner.LeaderElection) error {
+	for _, t := range []struct {
+		name   string
+		v, def time.Duration
+	}{{"lease duration", le.LeaseDuration, runner.DefaultLeaseDuration},
+		{"renew deadline", le.RenewDeadline, runner.DefaultRenewDeadline},
+		{"retry period", le.RetryPeriod, runner.DefaultRetryPeriod}} {
+		if t.v == 0 {
+			return fmt.Errorf("%s 0s: want more than 0 (default %s)", leaseFlags[t.name], t.def)
+		}
+	}
+	var te *runner.TimingError
+	if err := le.CheckTimings(); errors.As(err, &te) {
+		return fmt.Errorf("%s %s: want %s", leaseFlags[te.Timing], te.Value, te.Want)
+	} else if err != nil {
+		return err
+	}
+	return nil
 }
 
 // checkRetention refuses a --finding-retention the history cannot live

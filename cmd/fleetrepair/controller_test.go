@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/fleetrepair/fleetrepair/cmd/runner"
 	"github.com/fleetrepair/fleetrepair/controller/config"
 	"github.com/fleetrepair/fleetrepair/web/api"
 )
@@ -246,6 +247,33 @@ func TestCheckRetention(t *testing.T) {
 			t.Errorf("checkRetention(%s) = %v, want nil", tc.retention, err)
 		case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr) || !strings.Contains(err.Error(), "--finding-retention")):
 			t.Errorf("checkRetention(%s) = %v, want an error naming --finding-retention and %q", tc.retention, err, tc.wantErr)
+		}
+	}
+}
+
+// TestCheckLeaseFlags: a bad Lease timing is refused naming only its own
+// flag, 0 included; the defaults and a short failover pass.
+func TestCheckLeaseFlags(t *testing.T) {
+	t.Parallel()
+	s := time.Second
+	for _, tc := range []struct {
+		lease, renew, retry time.Duration
+		want                string // "" accepted
+	}{
+		{runner.DefaultLeaseDuration, runner.DefaultRenewDeadline, runner.DefaultRetryPeriod, ""},
+		{5 * s, 3 * s, s, ""},
+		{0, 10 * s, 2 * s, "--leader-elect-lease-duration 0s: want more than 0 (default 15s)"},
+		{15 * s, 10 * s, 0, "--leader-elect-retry-period 0s: want more than 0 (default 2s)"},
+		{1500 * time.Millisecond, s, 200 * time.Millisecond, "--leader-elect-lease-duration 1.5s: want a whole number of seconds"},
+		{3 * s, 5 * s, s, "--leader-elect-renew-deadline 5s: want more than 0 and less than the lease duration (3s)"},
+		{15 * s, 10 * s, 9 * s, "--leader-elect-retry-period 9s: want more than 0 and the renew deadline (10s) more than 1.2 times it"},
+	} {
+		err := checkLeaseFlags(runner.LeaderElection{LeaseDuration: tc.lease, RenewDeadline: tc.renew, RetryPeriod: tc.retry})
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.HasPrefix(err.Error(), tc.want)) {
+			t.Errorf("checkLeaseFlags(%s, %s, %s) = %v, want %q", tc.lease, tc.renew, tc.retry, err, tc.want)
+		}
+		if err != nil && strings.Count(err.Error(), "--leader-elect-") != 1 {
+			t.Errorf("checkLeaseFlags(%s, %s, %s) = %v: want exactly one flag named", tc.lease, tc.renew, tc.retry, err)
 		}
 	}
 }

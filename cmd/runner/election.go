@@ -37,8 +37,19 @@ const (
 	DefaultRetryPeriod   = 2 * time.Second
 )
 
-// CheckTimings returns an error naming the bad value when the Lease
-// timings cannot work, nil otherwise (zero values are the defaults):
+// TimingError is CheckTimings' refusal of one Lease timing.
+type TimingError struct {
+	// Timing is "lease duration", "renew deadline" or "retry period".
+	Timing string
+	Value  time.Duration
+	// Want says what the timing must be.
+	Want string
+}
+
+func (e *TimingError) Error() string { return fmt.Sprintf("%s %s: want %s", e.Timing, e.Value, e.Want) }
+
+// CheckTimings returns a *TimingError naming the first bad timing when the
+// Lease timings cannot work, nil otherwise (zero values are the defaults):
 // LeaseDuration a whole number of seconds, at least 1s (the Lease stores
 // leaseDurationSeconds, an integer); LeaseDuration > RenewDeadline >
 // RetryPeriod*1.2 (client-go's JitterFactor), each positive, as
@@ -47,11 +58,11 @@ func (le LeaderElection) CheckTimings() error {
 	lease, renew, retry := le.timings()
 	switch {
 	case lease < time.Second || lease%time.Second != 0:
-		return fmt.Errorf("lease duration %s: want a whole number of seconds, at least 1s (the Lease stores whole seconds)", lease)
+		return &TimingError{"lease duration", lease, "a whole number of seconds, at least 1s (the Lease stores whole seconds)"}
 	case renew <= 0 || renew >= lease:
-		return fmt.Errorf("renew deadline %s: want more than 0 and less than the lease duration (%s)", renew, lease)
+		return &TimingError{"renew deadline", renew, fmt.Sprintf("more than 0 and less than the lease duration (%s)", lease)}
 	case retry <= 0 || float64(renew) <= leaderelection.JitterFactor*float64(retry):
-		return fmt.Errorf("retry period %s: want more than 0 and the renew deadline (%s) more than %g times it", retry, renew, leaderelection.JitterFactor)
+		return &TimingError{"retry period", retry, fmt.Sprintf("more than 0 and the renew deadline (%s) more than %g times it", renew, leaderelection.JitterFactor)}
 	}
 	return nil
 }

@@ -278,6 +278,37 @@ func TestChart(t *testing.T) {
 		}
 	})
 
+	// Leader election and its Lease timings: what the chart renders reaches
+	// the controller's flags; what the controller would refuse (or two
+	// replicas without election) stops helm, naming the value.
+	t.Run("LeaderElection", func(t *testing.T) {
+		objs, err := render(t, baseValues+"  leaderElection: {enabled: true, leaseDuration: 5s, renewDeadline: 3s, retryPeriod: 1s}\n")
+		if err != nil {
+			t.Fatal(err)
+		}
+		args := typed[appsv1.Deployment](t, find(objs, "Deployment", "fleetrepair-controller")).Spec.Template.Spec.Containers[0].Args
+		for _, w := range []string{"--leader-elect-lease-duration=5s", "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=1s"} {
+			if !slices.Contains(args, w) {
+				t.Errorf("controller args %v, want %s", args, w)
+			}
+		}
+		if _, err := render(t, baseValues+"  replicas: 1\n  leaderElection: {enabled: false}\n"); err != nil {
+			t.Errorf("one replica without leader election: %v", err)
+		}
+		for bad, want := range map[string]string{
+			"  leaderElection: {enabled: false}\n":                                          "turn leader election on or set replicas to 1",
+			"  leaderElection: {leaseDuration: 5s}\n":                                       "renewDeadline 10s: want less than leaseDuration (5s)",
+			"  leaderElection: {retryPeriod: 9s}\n":                                         "retryPeriod 9s: want renewDeadline (10s) more than 1.2 times it",
+			"  leaderElection: {retryPeriod: 0s}\n":                                         "retryPeriod",
+			"  leaderElection: {leaseDuration: 1500ms}\n":                                   "leaseDuration",
+			"  leaderElection: {leaseDuration: 20s, renewDeadline: 20s, retryPeriod: 2s}\n": "renewDeadline 20s",
+		} {
+			if _, err := render(t, baseValues+bad); err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("values %q: %v; want helm to refuse them with %q", bad, err, want)
+			}
+		}
+	})
+
 	// The controller's memory limit is also the Go runtime's soft limit
 	// (GOMEMLIMIT from the container's limits.memory), and a chart without
 	// a limit sets none.

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fleetrepair/fleetrepair/cmd/runner"
 	"github.com/go-logr/logr"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 )
@@ -98,7 +99,12 @@ func (c Config) validate() error {
 		if c.Replicas != 2 {
 			add("lease-duration %s with replicas %d: only 2 replicas elect a leader", c.LeaseDuration, c.Replicas)
 		} else if err := leaseTimings(c.LeaseDuration).CheckTimings(); err != nil {
-			add("lease-duration %s: %v", c.LeaseDuration, err)
+			var te *runner.TimingError
+			if errors.As(err, &te) && te.Timing == "lease duration" {
+				add("lease-duration %s: want %s", c.LeaseDuration, te.Want)
+			} else {
+				add("lease-duration %s: %v", c.LeaseDuration, err)
+			}
 		}
 	}
 	if c.Nodes >= 1 && c.Clusters >= 1 && c.Clusters <= MaxClusters {
