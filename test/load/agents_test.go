@@ -13,6 +13,7 @@ import (
 	"os"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -93,27 +94,13 @@ func BenchmarkAgentsStalledController(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			for b.Loop() {
 				u := c.listen(b)
-				bases := newAgentTransports(1)
-				st := newAgentStats()
-				um, err := uplink.NewMetrics(nil)
-				if err != nil {
-					b.Fatal(err)
-				}
-				ctx, cancel := context.WithCancel(context.Background())
 				g0 := runtime.NumGoroutine()
-				done := make(chan struct{}, agents)
-				for i := range agents {
-					tr := &agentTransport{base: bases.forAgent(i), urls: []*url.URL{u}, st: st}
-					up, err := uplink.New(uplink.Config{URL: u.String(), Cluster: "c", Node: fmt.Sprintf("n-%05d", i), BootID: "boot",
-						AgentVersion: "load", Token: token, HTTPClient: &http.Client{Transport: tr}, FlushInterval: 100 * time.Millisecond,
-						HeartbeatInterval: time.Second, RequestTimeout: 500 * time.Millisecond, RetryInitialInterval: 100 * time.Millisecond,
-						RetryMaxInterval: 500 * time.Millisecond, ShutdownTimeout: time.Millisecond, Logger: slog.New(slog.DiscardHandler), Metrics: um})
-					if err != nil {
-						b.Fatal(err)
-					}
-					up.SetHeartbeat(finding.Heartbeat{DriverVersion: "550.54.15", KernelVersion: "6.8.0-1015-aws", GPUCount: 8})
-					go func() { _ = up.Run(ctx); done <- struct{}{} }()
-				}
+				fleet := newBenchAgents(b, u, agents, func(c *uplink.Config) {
+					c.FlushInterval, c.HeartbeatInterval, c.RequestTimeout = 100*time.Millisecond, time.Second, 500*time.Millisecond
+					c.RetryInitialInterval, c.RetryMaxInterval = 100*time.Millisecond, 500*time.Millisecond
+				})
+				st := fleet.st
+				fleet.start(0)
 				var ms runtime.MemStats
 				for s := 0; s < 15; s++ {
 					time.Sleep(time.Second)
@@ -126,15 +113,86 @@ func BenchmarkAgentsStalledController(b *testing.B) {
 				b.ReportMetric(float64(runtime.NumGoroutine()-g0)/agents, "goroutines/agent")
 				b.ReportMetric(float64(ms.HeapAlloc)/agents, "heap-B/agent")
 				b.ReportMetric(float64(ms.StackInuse)/agents, "stack-B/agent")
-				cancel()
-				for range agents {
-					<-done
-				}
-				for _, tr := range bases {
-					tr.CloseIdleConnections()
-				}
+				fleet.stop()
 			}
 		})
+	}
+}
+
+// benchAgents are n simulated agents for the agent benchmarks, built as
+// startAgents builds them: real uplinks over the harness's transports
+// (newAgentTransports) and agentTransport, one metric set, each agent
+// under a context of its own.
+type benchAgents struct {
+	st      *agentStats
+	bases   agentTransports
+	ups     []*uplink.Uplink
+	ctx     context.Context
+	cancel  context.CancelFunc
+	done    chan struct{}
+	started atomic.Int64
+	looped  chan struct{} // closed when start has started every agent it will
+}
+
+// newBenchAgents builds n agents of cluster "c" posting to u, their
+// uplink.Config changed by tune (nil: the uplink's defaults) before New.
+func newBenchAgents(tb testing.TB, u *url.URL, n int, tune func(*uplink.Config)) *benchAgents {
+	tb.Helper()
+	a := &benchAgents{st: newAgentStats(), bases: newAgentTransports(1), done: make(chan struct{}, n), looped: make(chan struct{})}
+	um, err := uplink.NewMetrics(nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	a.ctx, a.cancel = context.WithCancel(context.Background())
+	for i := range n {
+		tr := &agentTransport{base: a.bases.forAgent(i), urls: []*url.URL{u}, st: a.st}
+		cfg := uplink.Config{URL: u.String(), Cluster: "c", Node: fmt.Sprintf("n-%05d", i), BootID: "boot",
+			AgentVersion: "load", Token: token, HTTPClient: &http.Client{Transport: tr}, ShutdownTimeout: time.Millisecond,
+			Logger: slog.New(slog.DiscardHandler), Metrics: um}
+		if tune != nil {
+			tune(&cfg)
+		}
+		up, err := uplink.New(cfg)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		up.SetHeartbeat(finding.Heartbeat{DriverVersion: "550.54.15", KernelVersion: "6.8.0-1015-aws", GPUCount: 8,
+			Monitors: []finding.MonitorState{{Name: "kmsg", State: finding.StateOK, Since: time.Now()}}})
+		a.ups = append(a.ups, up)
+	}
+	return a
+}
+
+// start runs the agents, all at once or evenly over ramp (rampDelay),
+// from a goroutine of its own.
+func (a *benchAgents) start(ramp time.Duration) {
+	begin := time.Now()
+	go func() {
+		defer close(a.looped)
+		for i, up := range a.ups {
+			if ramp > 0 {
+				sleepCtx(a.ctx, time.Until(begin.Add(rampDelay(i, len(a.ups), ramp))))
+			}
+			if a.ctx.Err() != nil {
+				return
+			}
+			actx, cancel := context.WithCancel(a.ctx)
+			a.started.Add(1)
+			go func() { defer cancel(); _ = up.Run(actx); a.done <- struct{}{} }()
+		}
+	}()
+}
+
+// stop ends every started agent, waits for them and closes the idle
+// connections.
+func (a *benchAgents) stop() {
+	a.cancel()
+	<-a.looped
+	for range a.started.Load() {
+		<-a.done
+	}
+	for _, tr := range a.bases {
+		tr.CloseIdleConnections()
 	}
 }
 

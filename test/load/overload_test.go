@@ -1,11 +1,8 @@
 package load
 
 import (
-	"context"
 	"flag"
-	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -15,9 +12,6 @@ import (
 	rpprof "runtime/pprof"
 	"testing"
 	"time"
-
-	"github.com/fleetrepair/fleetrepair/agent/finding"
-	"github.com/fleetrepair/fleetrepair/agent/uplink"
 )
 
 // Sizes of BenchmarkAgentsOverloadedController (docs/scale.md, "The
@@ -95,36 +89,10 @@ func BenchmarkAgentsOverloadedController(b *testing.B) {
 				runtime.ReadMemStats(&ms0)
 				g0 := runtime.NumGoroutine()
 				u := c.listen(b)
-				bases := newAgentTransports(1)
-				st := newAgentStats()
-				um, err := uplink.NewMetrics(nil)
-				if err != nil {
-					b.Fatal(err)
-				}
-				ctx, cancel := context.WithCancel(context.Background())
-				done := make(chan struct{}, agents)
-				ups := make([]*uplink.Uplink, agents)
-				for i := range agents {
-					tr := &agentTransport{base: bases.forAgent(i), urls: []*url.URL{u}, st: st}
-					up, err := uplink.New(uplink.Config{URL: u.String(), Cluster: "c", Node: fmt.Sprintf("n-%05d", i), BootID: "boot",
-						AgentVersion: "load", Token: token, HTTPClient: &http.Client{Transport: tr}, ShutdownTimeout: time.Millisecond,
-						Logger: slog.New(slog.DiscardHandler), Metrics: um})
-					if err != nil {
-						b.Fatal(err)
-					}
-					up.SetHeartbeat(finding.Heartbeat{DriverVersion: "550.54.15", KernelVersion: "6.8.0-1015-aws", GPUCount: 8,
-						Monitors: []finding.MonitorState{{Name: "kmsg", State: finding.StateOK, Since: time.Now()}}})
-					ups[i] = up
-				}
+				fleet := newBenchAgents(b, u, agents, nil)
+				st := fleet.st
 				start := time.Now()
-				go func() {
-					for i, up := range ups {
-						if ramp > 0 {
-							sleepCtx(ctx, time.Until(start.Add(rampDelay(i, agents, ramp))))
-						}
-						go func() { _ = up.Run(ctx); done <- struct{}{} }()
-					}
-				}()
+				fleet.start(ramp)
 				var ms runtime.MemStats
 				per := func(v uint64, base uint64) float64 { return float64(int64(v)-int64(base)) / float64(agents) / 1024 }
 				for t := 5 * time.Second; t <= runFor; t += 5 * time.Second {
@@ -142,13 +110,7 @@ func BenchmarkAgentsOverloadedController(b *testing.B) {
 				if dir := *flagOverloadProfiles; dir != "" {
 					writeProfiles(b, dir, c.name)
 				}
-				cancel()
-				for range agents {
-					<-done
-				}
-				for _, tr := range bases {
-					tr.CloseIdleConnections()
-				}
+				fleet.stop()
 			}
 		})
 	}
