@@ -428,27 +428,31 @@ func newMigrateCmd() *cobra.Command {
 	return cmd
 }
 
-// leaseFlags names the flag of each Lease timing (runner.TimingError).
-var leaseFlags = map[string]string{"lease duration": "--leader-elect-lease-duration",
-	"renew deadline": "--leader-elect-renew-deadline", "retry period": "--leader-elect-retry-period"}
+// leaseFlags are the Lease timing flags, by runner.TimingError's Timing,
+// with their defaults.
+var leaseFlags = map[string]struct {
+	flag string
+	def  time.Duration
+}{
+	"lease duration": {"--leader-elect-lease-duration", runner.DefaultLeaseDuration},
+	"renew deadline": {"--leader-elect-renew-deadline", runner.DefaultRenewDeadline},
+	"retry period":   {"--leader-elect-retry-period", runner.DefaultRetryPeriod},
+}
 
 // checkLeaseFlags refuses Lease timings the election cannot use
 // (runner.LeaderElection.CheckTimings), naming the flag; 0 is refused too
-// (the flags' defaults are the defaults, so a 0 is a mistake).
+// (the flags' defaults are the defaults, so a 0 is a mistake, where
+// runner.LeaderElection would take it for the default).
 func checkLeaseFlags(le runner.LeaderElection) error {
-	for _, t := range []struct {
-		name   string
-		v, def time.Duration
-	}{{"lease duration", le.LeaseDuration, runner.DefaultLeaseDuration},
-		{"renew deadline", le.RenewDeadline, runner.DefaultRenewDeadline},
-		{"retry period", le.RetryPeriod, runner.DefaultRetryPeriod}} {
-		if t.v == 0 {
-			return fmt.Errorf("%s 0s: want more than 0 (default %s)", leaseFlags[t.name], t.def)
+	for i, v := range []time.Duration{le.LeaseDuration, le.RenewDeadline, le.RetryPeriod} {
+		if v == 0 { // in this order, so the first zero is the one named
+			f := leaseFlags[[...]string{"lease duration", "renew deadline", "retry period"}[i]]
+			return fmt.Errorf("%s 0s: want more than 0 (default %s)", f.flag, f.def)
 		}
 	}
 	var te *runner.TimingError
 	if err := le.CheckTimings(); errors.As(err, &te) {
-		return fmt.Errorf("%s %s: want %s", leaseFlags[te.Timing], te.Value, te.Want)
+		return fmt.Errorf("%s %s: want %s", leaseFlags[te.Timing].flag, te.Value, te.Want)
 	} else if err != nil {
 		return err
 	}

@@ -90,7 +90,7 @@ type Options struct {
 	// CPU only after the processes at niceness 0. test/load runs its 49
 	// small simulated clusters so: idle, each API server and etcd pair takes
 	// about 0.025 cores, 1.2 of the 2 cores together, which starved the
-	// controller under measurement (docs/scale.md, "The 100,000-node run
+	// controller under measurement (docs/scale.md, "The 100,000-node runs
 	// (session 7)").
 	Nice int
 }

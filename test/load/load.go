@@ -714,7 +714,7 @@ const agentDialTimeout = 5 * time.Second
 // of agentConnsPerReplica. One shared transport serialized 100,000 agents
 // on its per-host lock: in the session-7 100,000-node run 11,704 of them
 // waited in net/http's queueForDial for Transport.connsPerHostMu and the
-// harness stopped answering (docs/scale.md, "The 100,000-node run
+// harness stopped answering (docs/scale.md, "The 100,000-node runs
 // (session 7)"). Real agents each have a transport of their own.
 const agentTransportShards = 64
 
