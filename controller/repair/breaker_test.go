@@ -261,9 +261,7 @@ func TestLoneFailureNotBehindHeldWave(t *testing.T) {
 		e.ingest(t, n, xid79())
 		rec.TriggerFindings("c1", n) // the lone node last
 	}
-	done := make(chan error, 1)
-	go func() { done <- rec.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	defer runReconciler(ctx, rec)()
 
 	quarantined := func(node string) int64 { // the audit entry's ID: the order of writes
 		rp, err := st.OpenRepairForNode(ctx, "c1", node)
@@ -376,4 +374,13 @@ func TestHeldRepairsReadNoOwners(t *testing.T) {
 	if r := e.open(t, z1[6]); r.State != ledger.Deleting || !e.nodeClaimDeleting(t, z1[6]+"-nc") {
 		t.Fatalf("%s after the resume: %s held_by=%v, want deleting (the full guard allows it)", z1[6], r.State, r.Detail["held_by"])
 	}
+}
+
+// runReconciler runs rec until the returned stop is called: stop cancels
+// Run's context and waits for Run to return (defer runReconciler(ctx, rec)()).
+func runReconciler(ctx context.Context, rec *repair.Reconciler) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- rec.Run(ctx) }()
+	return func() { cancel(); <-done }
 }

@@ -134,9 +134,7 @@ func TestCachedClustersOnRealAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- rec.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	defer runReconciler(ctx, rec)()
 
 	deadline := time.Now().Add(90 * time.Second)
 	explain := func() string { return fmt.Sprintf("requests %v; clusters %+v", reqs.n, rec.Clusters()) }

@@ -86,9 +86,7 @@ func TestNewEvidenceBeforeBacklog(t *testing.T) {
 	}
 	rec.TriggerFindings("east", lone) // the lone failure's report, queued last
 
-	done := make(chan error, 1)
-	go func() { done <- rec.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	defer runReconciler(ctx, rec)()
 
 	// The ingest stored the lone node's row; reconciles store the others'.
 	waitFor(t, deadline, "every backlog node reconciled and the lone repair open", func() bool {

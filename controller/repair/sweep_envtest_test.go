@@ -87,9 +87,7 @@ func TestRemovedNodeSweep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- rec.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	defer runReconciler(ctx, rec)()
 
 	deadline := time.Now().Add(90 * time.Second)
 	node := func(cluster, name string) store.Node {
