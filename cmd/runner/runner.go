@@ -167,6 +167,13 @@ func Start(ctx context.Context, o Options) (*Controller, error) {
 	}
 	events := kube.NewEvents() // starts nothing before the first Event; closed by Run
 	rc.Store, rc.Engine, rc.Clusters, rc.Crash, rc.Now, rc.Log, rc.Registerer, rc.Events = st, eng, o.Clusters, o.Crash, o.Now, o.Log, reg, events
+	if le := o.LeaderElection; le != nil {
+		// A new leader's catch-up queues first what the old one may never
+		// have handled: its backlog and the leaderless gap, a Lease
+		// duration at most (repair.Config.FreshEvidence).
+		lease, _, _ := le.timings()
+		rc.FreshEvidence = max(repair.DefaultFreshEvidence, 3*lease)
+	}
 	rec, err := repair.New(rc)
 	if err != nil {
 		st.Close()

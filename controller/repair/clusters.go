@@ -103,11 +103,16 @@ func (r *Reconciler) SetLeading(cluster string, leading bool) {
 	r.leading[cluster] = leading
 	if leading && !was {
 		// A new leader does not know what the old one had queued: the next
-		// pass catches up on every node with findings in the last Lookback
-		// of the catch-up (CatchUp).
+		// pass catches up on every node with findings in the last
+		// CatchUpLookback, the freshest at PriorityEvidence (catchUp), and
+		// it runs now, not at the next Resync: in a failover mid-wave the
+		// wave's triggers were lost with the old leader.
 		r.resetCatchUpLocked(time.Time{})
 	}
 	r.mu.Unlock()
+	if leading && !was {
+		r.PassSoon()
+	}
 	r.log.Info("leader election", "cluster", cluster, "leading", leading)
 }
 

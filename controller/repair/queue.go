@@ -142,6 +142,11 @@ func (r *Reconciler) listen(ctx context.Context) error {
 	})
 }
 
+// DefaultFreshEvidence is the default of Config.FreshEvidence: three of
+// the controller's default 15 s Lease durations plus the backlog a wave
+// leaves a dying leader (seconds at 10,000 nodes, docs/scale.md).
+const DefaultFreshEvidence = 2 * time.Minute
+
 // catchUpMargin covers ingest transactions that commit after the time they
 // stamped as received_at.
 const catchUpMargin = 5 * time.Second
@@ -151,32 +156,61 @@ const catchUpMargin = 5 * time.Second
 // listener gap: further back, see resetCatchUp), so triggers lost to a
 // crashed replica or a dropped notification cost one Resync, never a missed
 // fault.
+//
+// After such a reset the lost triggers were evidence triggers
+// (PriorityEvidence) that nobody handled: the ones the old leader had
+// queued when it died, the ones forwarded while no replica led, the ones a
+// lost listener connection dropped. So the nodes whose newest finding is
+// at or after the reset's evidence point (a listener gap: when it began; a
+// start or a new Lease: Config.FreshEvidence back) are queued at
+// PriorityEvidence, the newest first (FIFO within a priority): in a
+// failover mid-wave the wave's nodes open their repairs before the new
+// leader's catch-up of the last CatchUpLookback reaches the healthy nodes,
+// which go at PriorityBackground as in every pass (docs/scale.md, "The
+// wave with the Lease holder killed": p99 94 s from report to repair
+// opened when all went at PriorityBackground).
 func (r *Reconciler) catchUp(ctx context.Context, passStart time.Time) {
 	r.mu.Lock()
-	since, gen := r.catchUpFrom, r.catchUpGen
+	since, evidence, gen := r.catchUpFrom, r.catchUpEvidence, r.catchUpGen
 	r.mu.Unlock()
 	if since.IsZero() {
 		since = passStart.Add(-r.cfg.CatchUpLookback)
+		if fresh := passStart.Add(-r.cfg.FreshEvidence); evidence.IsZero() || fresh.Before(evidence) {
+			evidence = fresh
+		}
 	}
 	refs, err := r.cfg.Store.NodesWithFindingsSince(ctx, since)
 	if err != nil {
 		r.log.ErrorContext(ctx, "catch up on new findings", "err", err)
 		return // the next pass tries again from the same point
 	}
-	for _, n := range refs {
-		if r.Serves(n.Cluster) && r.leads(n.Cluster) {
-			r.add(nodeKey{n.Cluster, n.Node}, PriorityBackground)
+	fresh := 0
+	for _, n := range refs { // the newest first
+		if !r.Serves(n.Cluster) || !r.leads(n.Cluster) {
+			continue
 		}
+		p := PriorityBackground
+		if !evidence.IsZero() && !n.Newest.Before(evidence) {
+			p = PriorityEvidence
+			fresh++
+		}
+		r.add(nodeKey{n.Cluster, n.Node}, p)
+	}
+	if !evidence.IsZero() {
+		r.log.InfoContext(ctx, "caught up after a restart, a new Lease or a listener gap", "nodes", len(refs),
+			"evidence_priority", fresh, "since", since, "evidence_since", evidence)
 	}
 	r.mu.Lock()
 	if r.catchUpGen == gen { // no reset meanwhile
 		r.catchUpFrom = passStart.Add(-catchUpMargin)
+		r.catchUpEvidence = time.Time{}
 	}
 	r.mu.Unlock()
 }
 
 // resetCatchUp makes the next catch-up start at from at the latest (zero:
-// CatchUpLookback back).
+// CatchUpLookback back) and queue the nodes whose newest finding is at or
+// after from at PriorityEvidence (zero: FreshEvidence back).
 func (r *Reconciler) resetCatchUp(from time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -186,6 +220,11 @@ func (r *Reconciler) resetCatchUp(from time.Time) {
 func (r *Reconciler) resetCatchUpLocked(from time.Time) {
 	if from.IsZero() || r.catchUpFrom.IsZero() || from.Before(r.catchUpFrom) {
 		r.catchUpFrom = from
+	}
+	// The evidence point only moves back: a zero from leaves an earlier
+	// gap's point, and catchUp takes the older of it and FreshEvidence.
+	if !from.IsZero() && (r.catchUpEvidence.IsZero() || from.Before(r.catchUpEvidence)) {
+		r.catchUpEvidence = from
 	}
 	r.catchUpGen++
 }

@@ -80,6 +80,14 @@ type Config struct {
 	// findings to reconcile (default 15m): what a crashed replica had
 	// queued is reconciled by whoever runs next.
 	CatchUpLookback time.Duration
+	// FreshEvidence is how recent a node's newest finding must be for the
+	// catch-up after a start or a newly taken Lease to queue it at
+	// PriorityEvidence, the newest first, ahead of the rest of the
+	// CatchUpLookback (default DefaultFreshEvidence): it must cover the
+	// triggers the old leader never handled, its own backlog and the
+	// leaderless gap (the Lease duration), so the controller sets at least
+	// three Lease durations (cmd/runner). queue.go, catchUp.
+	FreshEvidence time.Duration
 	// MaxBreakerAge is the oldest breaker evaluation the deletion guard acts
 	// on (default 3 x Resync, at least 30s): an older one is refused and
 	// retried, so a stalled periodic pass never lets a deletion through on
@@ -159,6 +167,10 @@ type Reconciler struct {
 	forwardDropped prometheus.Counter
 	catchUpFrom    time.Time
 	catchUpGen     int // bumped by every reset of catchUpFrom
+	// catchUpEvidence: the next catch-up queues the nodes whose newest
+	// finding is at or after it at PriorityEvidence (zero: none, or
+	// FreshEvidence back when catchUpFrom is zero too).
+	catchUpEvidence time.Time
 	// wakes holds each node's PriorityFollowUp trigger at the end of its
 	// repair's toleration window (wakeAt).
 	wakes map[nodeKey]*wakeup
@@ -238,8 +250,11 @@ func New(cfg Config) (*Reconciler, error) {
 	if cfg.ProbeTimeout == 0 {
 		cfg.ProbeTimeout = 10 * time.Second
 	}
-	if cfg.Workers < 0 || cfg.EvidenceGroup < 0 || cfg.RetryBase < 0 || cfg.RetryMax < cfg.RetryBase || cfg.ReconcileTimeout < 0 || cfg.ProbeTimeout < 0 {
-		return nil, errors.New("new reconciler: Workers, EvidenceGroup, RetryBase, ReconcileTimeout and ProbeTimeout must not be negative, RetryMax not below RetryBase")
+	if cfg.FreshEvidence == 0 {
+		cfg.FreshEvidence = DefaultFreshEvidence
+	}
+	if cfg.Workers < 0 || cfg.EvidenceGroup < 0 || cfg.RetryBase < 0 || cfg.RetryMax < cfg.RetryBase || cfg.ReconcileTimeout < 0 || cfg.ProbeTimeout < 0 || cfg.FreshEvidence < 0 {
+		return nil, errors.New("new reconciler: Workers, EvidenceGroup, RetryBase, ReconcileTimeout, ProbeTimeout and FreshEvidence must not be negative, RetryMax not below RetryBase")
 	}
 	if cfg.MaxBreakerAge == 0 {
 		cfg.MaxBreakerAge = config.MaxBreakerAgeOf(cfg.Resync)

@@ -228,6 +228,39 @@ func TestFindingsQueries(t *testing.T) {
 	}
 }
 
+// TestNodesWithFindingsSince: each node once, with its newest received_at,
+// the newest first; a node whose findings are all older is left out.
+func TestNodesWithFindingsSince(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := open(t)
+	for _, in := range []struct {
+		node string
+		at   time.Duration
+	}{{"n1", 2500 * time.Millisecond}, {"n2", 5 * time.Second}, {"n1", 10 * time.Second}, {"n3", -time.Minute}} {
+		r := report("c1", in.node, "boot-a", 1, t0.Add(in.at))
+		if _, err := s.IngestReport(ctx, r, t0.Add(in.at)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := s.NodesWithFindingsSince(ctx, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []store.RecentNode{
+		{NodeRef: store.NodeRef{Cluster: "c1", Node: "n1"}, Newest: t0.Add(10 * time.Second)},
+		{NodeRef: store.NodeRef{Cluster: "c1", Node: "n2"}, Newest: t0.Add(5 * time.Second)},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %+v, want %+v", got, want)
+	}
+	for i := range want {
+		if got[i].NodeRef != want[i].NodeRef || !got[i].Newest.Equal(want[i].Newest) {
+			t.Errorf("[%d] = %+v, want %+v", i, got[i], want[i])
+		}
+	}
+}
+
 func TestNodeMeta(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

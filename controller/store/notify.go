@@ -135,17 +135,28 @@ func (s *Store) listenOnce(ctx context.Context, channel string, fn func(string),
 	}
 }
 
+// RecentNode is a node with findings stored since some time (NodesWithFindingsSince).
+type RecentNode struct {
+	NodeRef
+	// Newest is when the node's newest finding was stored (received_at).
+	Newest time.Time
+}
+
 // NodesWithFindingsSince returns the nodes that had a finding stored at or
-// after since (received_at), each once: the reconciler's catch-up for
-// triggers lost to a crashed replica or a dropped notification.
-func (s *Store) NodesWithFindingsSince(ctx context.Context, since time.Time) ([]NodeRef, error) {
-	rows, err := s.pool.Query(ctx, `SELECT DISTINCT cluster, node FROM findings WHERE received_at >= $1`, since.UTC())
+// after since (received_at), each once, the node with the newest finding
+// first (ties by cluster and node name): the reconciler's catch-up for
+// triggers lost to a crashed replica, a dropped notification or a
+// leaderless gap, which queues the freshest evidence first
+// (controller/repair/queue.go, catchUp).
+func (s *Store) NodesWithFindingsSince(ctx context.Context, since time.Time) ([]RecentNode, error) {
+	rows, err := s.pool.Query(ctx, `SELECT cluster, node, max(received_at) AS newest FROM findings WHERE received_at >= $1
+		GROUP BY cluster, node ORDER BY newest DESC, cluster, node`, since.UTC())
 	if err != nil {
 		return nil, errorf(err, "list nodes with findings since %s", since.Format(time.RFC3339))
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (NodeRef, error) {
-		var n NodeRef
-		err := r.Scan(&n.Cluster, &n.Node)
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (RecentNode, error) {
+		var n RecentNode
+		err := r.Scan(&n.Cluster, &n.Node, &n.Newest)
 		return n, err
 	})
 	if err != nil {
