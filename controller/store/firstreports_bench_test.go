@@ -28,25 +28,38 @@ import (
 // the node again after each report that answered Changed (web/api's
 // OnIngest); firstReportWorkers workers take nodes from it and read them
 // through ReadNodes groups of up to 64 nodes, two groups in flight, as
-// controller/repair's evidence.go sends them. reads=none is the ingest
-// alone.
+// controller/repair's evidence.go sends them. reads=known is the same
+// after the Add events' reconciles (the nodes' Kubernetes facts stored,
+// no agent's yet): only the reports' triggers are queued. reads=none is
+// the ingest alone.
 //
 // Figures: ingest-p50-ms and ingest-p99-ms are the reports' latencies,
 // reports/s how many were answered per second until the last was,
 // reads/s the nodes read per second until the queue was empty, and
 // pg-us/node the CPU of the PostgreSQL backends per node (pgtest.BackendCPU:
-// the figure that survives a shared machine).
+// the figure that survives a shared machine), lock-waiters how many
+// backends were waiting for a lock, on average over samples taken every
+// millisecond (the ingest groups' and the reads' node locks; a figure of
+// the contention itself, whatever the machine's load).
 //
 //	go test ./controller/store -run '^$' -bench FirstReports -benchtime 4000x -count 3
 func BenchmarkFirstReports(b *testing.B) {
-	for _, reads := range []bool{false, true} {
-		name := "reads=none"
-		if reads {
-			name = "reads=groups"
-		}
-		b.Run(name, func(b *testing.B) { benchFirstReports(b, reads) })
+	for _, reads := range []firstReads{readsNone, readsGroups, readsKnown} {
+		b.Run("reads="+string(reads), func(b *testing.B) { benchFirstReports(b, reads) })
 	}
 }
+
+// firstReads is what the reconciler does in BenchmarkFirstReports.
+type firstReads string
+
+const (
+	readsNone   firstReads = "none"   // nothing: the ingest alone
+	readsGroups firstReads = "groups" // every node queued from the start, and again after its report
+	// readsKnown: the nodes' Kubernetes facts were recorded before (the
+	// informers' Add reconciles done before the agents started); each
+	// report's trigger is a reconcile of a node whose facts are unchanged.
+	readsKnown firstReads = "known"
+)
 
 const (
 	firstReportAgents  = 64
@@ -54,7 +67,8 @@ const (
 	firstReportGroup   = 64
 )
 
-func benchFirstReports(b *testing.B, reads bool) {
+func benchFirstReports(b *testing.B, mode firstReads) {
+	reads := mode != readsNone
 	ctx := context.Background()
 	dsn := pgtest.DSN(b)
 	s, err := store.Open(ctx, dsn)
@@ -87,12 +101,31 @@ func benchFirstReports(b *testing.B, reads bool) {
 		b.Fatal(err)
 	}
 
+	meta := func(i int) store.Node {
+		zone := fmt.Sprintf("zone-%d", i%4)
+		return store.Node{Cluster: "load", Name: names[i], NodePool: "gpu", Zone: zone, InstanceType: "p5.48xlarge",
+			NodeClaim: "claim-" + names[i], Labels: map[string]string{"topology.kubernetes.io/zone": zone}}
+	}
+	if mode == readsKnown {
+		for i := 0; i < n; i += firstReportGroup {
+			metas := make([]store.Node, 0, firstReportGroup)
+			for j := i; j < min(n, i+firstReportGroup); j++ {
+				metas = append(metas, meta(j))
+			}
+			if _, err := s.ReadNodes(ctx, metas, 0, t0); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+
 	q := workqueue.NewTyped[int]()
 	var readNodes atomic.Int64
 	var readers sync.WaitGroup
 	if reads {
-		for i := range n {
-			q.Add(i) // the informers' Add events
+		if mode == readsGroups {
+			for i := range n {
+				q.Add(i) // the informers' Add events
+			}
 		}
 		send := make(chan *benchRead)
 		for range 2 { // evidence.go's groupSenders
@@ -107,9 +140,7 @@ func benchFirstReports(b *testing.B, reads bool) {
 					if shutdown {
 						return
 					}
-					r := &benchRead{meta: store.Node{Cluster: "load", Name: names[i], NodePool: "gpu", Zone: fmt.Sprintf("zone-%d", i%4),
-						InstanceType: "p5.48xlarge", NodeClaim: "claim-" + names[i],
-						Labels: map[string]string{"topology.kubernetes.io/zone": fmt.Sprintf("zone-%d", i%4)}}, done: make(chan error, 1)}
+					r := &benchRead{meta: meta(i), done: make(chan error, 1)}
 					send <- r
 					if err := <-r.done; err != nil {
 						b.Error(err)
@@ -122,6 +153,7 @@ func benchFirstReports(b *testing.B, reads bool) {
 		b.Cleanup(func() { close(send) })
 	}
 
+	waits := sampleLockWaits(b, dsn)
 	c0 := cpu()
 	b.ResetTimer()
 	start := time.Now()
@@ -160,6 +192,7 @@ func benchFirstReports(b *testing.B, reads bool) {
 	all := time.Since(start)
 	b.StopTimer()
 	pg := cpu() - c0
+	waiting := waits()
 
 	slices.Sort(lat)
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }
@@ -170,6 +203,39 @@ func benchFirstReports(b *testing.B, reads bool) {
 		b.ReportMetric(float64(readNodes.Load())/all.Seconds(), "reads/s")
 	}
 	b.ReportMetric(float64(pg.Microseconds())/float64(n), "pg-us/node")
+	b.ReportMetric(waiting, "lock-waiters")
+}
+
+// sampleLockWaits counts, every millisecond until the returned function is
+// called, the backends of dsn's database waiting for a lock (an advisory
+// lock, a row another transaction writes); the function returns the mean
+// per sample.
+func sampleLockWaits(b *testing.B, dsn string) func() float64 {
+	ctx, cancel := context.WithCancel(context.Background())
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var samples, waiting int
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer func() { _ = conn.Close(context.Background()) }()
+		for ctx.Err() == nil {
+			var n int
+			if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+				WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n); err != nil {
+				return
+			}
+			samples, waiting = samples+1, waiting+n
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	return func() float64 {
+		cancel()
+		<-done
+		return float64(waiting) / float64(max(samples, 1))
+	}
 }
 
 // benchRead is one worker's ReadNode call in BenchmarkFirstReports.
@@ -204,4 +270,61 @@ func sendReadGroups(b *testing.B, s *store.Store, in <-chan *benchRead) {
 			r.done <- err
 		}
 	}
+}
+
+// BenchmarkReadNodesUnchanged is the reconciles' read of nodes whose
+// Kubernetes facts are stored already (every reconcile but a node's first,
+// or one after a change): b.N groups of 16 nodes (the work queue's 16
+// workers), each node with a heartbeat and no findings, read one group
+// after the other from one caller. pg-us/node is the CPU of the PostgreSQL
+// backends per node read, read-us/node the calls' wall time.
+//
+//	go test ./controller/store -run '^$' -bench ReadNodesUnchanged -benchtime 500x -count 3
+func BenchmarkReadNodesUnchanged(b *testing.B) {
+	ctx := context.Background()
+	dsn := pgtest.DSN(b)
+	s, err := store.Open(ctx, dsn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(s.Close)
+	stats, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = stats.Close(context.Background()) })
+	const nodes, group = 1600, firstReportWorkers
+	metas := make([]store.Node, nodes)
+	for i := range metas {
+		name, zone := fmt.Sprintf("gpu-%05d", i), fmt.Sprintf("zone-%d", i%4)
+		metas[i] = store.Node{Cluster: "load", Name: name, NodePool: "gpu", Zone: zone, InstanceType: "p5.48xlarge",
+			NodeClaim: "claim-" + name, Labels: map[string]string{"topology.kubernetes.io/zone": zone}}
+		if _, err := s.IngestReport(ctx, report("load", name, "boot-1", 0, t0), t0); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for i := 0; i < nodes; i += group {
+		if _, err := s.ReadNodes(ctx, metas[i:i+group], 0, t0); err != nil {
+			b.Fatal(err)
+		}
+	}
+	c0, err := pgtest.BackendCPU(ctx, stats)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for g := range b.N {
+		i := g * group % nodes
+		if _, err := s.ReadNodes(ctx, metas[i:i+group], 0, t0.Add(time.Duration(g)*time.Second)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	c1, err := pgtest.BackendCPU(ctx, stats)
+	if err != nil {
+		b.Fatal(err)
+	}
+	read := float64(b.N * group)
+	b.ReportMetric(float64((c1-c0).Microseconds())/read, "pg-us/node")
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/read, "read-us/node")
 }
