@@ -37,10 +37,11 @@ import (
 // reports/s how many were answered per second until the last was,
 // reads/s the nodes read per second until the queue was empty, and
 // pg-us/node the CPU of the PostgreSQL backends per node (pgtest.BackendCPU:
-// the figure that survives a shared machine), lock-waiters how many
-// backends were waiting for a lock, on average over samples taken every
-// millisecond (the ingest groups' and the reads' node locks; a figure of
-// the contention itself, whatever the machine's load).
+// the figure that survives a shared machine), node-lock-waiters how many
+// backends were waiting for a node's lock (the ingest groups' and the
+// reads' advisory locks, rows and keys), on average over samples taken
+// every millisecond: a figure of the contention itself, whatever the
+// machine's load; other-lock-waiters the same for any other lock.
 //
 //	go test ./controller/store -run '^$' -bench FirstReports -benchtime 4000x -count 3
 func BenchmarkFirstReports(b *testing.B) {
@@ -192,7 +193,7 @@ func benchFirstReports(b *testing.B, mode firstReads) {
 	all := time.Since(start)
 	b.StopTimer()
 	pg := cpu() - c0
-	waiting := waits()
+	nodeWaits, otherWaits := waits()
 
 	slices.Sort(lat)
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }
@@ -203,38 +204,42 @@ func benchFirstReports(b *testing.B, mode firstReads) {
 		b.ReportMetric(float64(readNodes.Load())/all.Seconds(), "reads/s")
 	}
 	b.ReportMetric(float64(pg.Microseconds())/float64(n), "pg-us/node")
-	b.ReportMetric(waiting, "lock-waiters")
+	b.ReportMetric(nodeWaits, "node-lock-waiters")
+	b.ReportMetric(otherWaits, "other-lock-waiters")
 }
 
 // sampleLockWaits counts, every millisecond until the returned function is
-// called, the backends of dsn's database waiting for a lock (an advisory
-// lock, a row another transaction writes); the function returns the mean
-// per sample.
-func sampleLockWaits(b *testing.B, dsn string) func() float64 {
+// called, the backends of dsn's database waiting for a node's lock (an
+// advisory lock, a row or a key another transaction writes) and for any
+// other lock (a relation's extension, ...); the function returns the two
+// means per sample.
+func sampleLockWaits(b *testing.B, dsn string) func() (node, other float64) {
 	ctx, cancel := context.WithCancel(context.Background())
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
 		b.Fatal(err)
 	}
-	var samples, waiting int
+	var samples, waiting, other int
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		defer func() { _ = conn.Close(context.Background()) }()
 		for ctx.Err() == nil {
-			var n int
-			if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-				WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n); err != nil {
+			var n, o int
+			if err := conn.QueryRow(ctx, `SELECT count(*) FILTER (WHERE wait_event IN ('advisory', 'transactionid', 'tuple', 'speculative token')),
+				count(*) FILTER (WHERE wait_event NOT IN ('advisory', 'transactionid', 'tuple', 'speculative token'))
+				FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n, &o); err != nil {
 				return
 			}
-			samples, waiting = samples+1, waiting+n
+			samples, waiting, other = samples+1, waiting+n, other+o
 			time.Sleep(time.Millisecond)
 		}
 	}()
-	return func() float64 {
+	return func() (float64, float64) {
 		cancel()
 		<-done
-		return float64(waiting) / float64(max(samples, 1))
+		s := float64(max(samples, 1))
+		return float64(waiting) / s, float64(other) / s
 	}
 }
 
