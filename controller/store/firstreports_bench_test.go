@@ -71,24 +71,7 @@ const (
 func benchFirstReports(b *testing.B, mode firstReads) {
 	reads := mode != readsNone
 	ctx := context.Background()
-	dsn := pgtest.DSN(b)
-	s, err := store.Open(ctx, dsn)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(s.Close)
-	stats, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = stats.Close(context.Background()) })
-	cpu := func() time.Duration {
-		d, err := pgtest.BackendCPU(ctx, stats)
-		if err != nil {
-			b.Fatal(err)
-		}
-		return d
-	}
+	s, dsn, cpu := openMeasured(b)
 	n := b.N
 	names := make([]string, n)
 	for i := range names {
@@ -287,17 +270,7 @@ func sendReadGroups(b *testing.B, s *store.Store, in <-chan *benchRead) {
 //	go test ./controller/store -run '^$' -bench ReadNodesUnchanged -benchtime 500x -count 3
 func BenchmarkReadNodesUnchanged(b *testing.B) {
 	ctx := context.Background()
-	dsn := pgtest.DSN(b)
-	s, err := store.Open(ctx, dsn)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(s.Close)
-	stats, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = stats.Close(context.Background()) })
+	s, _, cpu := openMeasured(b)
 	const nodes, group = 1600, firstReportWorkers
 	metas := make([]store.Node, nodes)
 	for i := range metas {
@@ -313,10 +286,7 @@ func BenchmarkReadNodesUnchanged(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	c0, err := pgtest.BackendCPU(ctx, stats)
-	if err != nil {
-		b.Fatal(err)
-	}
+	c0 := cpu()
 	b.ResetTimer()
 	for g := range b.N {
 		i := g * group % nodes
@@ -325,11 +295,35 @@ func BenchmarkReadNodesUnchanged(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	c1, err := pgtest.BackendCPU(ctx, stats)
+	pg := cpu() - c0
+	read := float64(b.N * group)
+	b.ReportMetric(float64(pg.Microseconds())/read, "pg-us/node")
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/read, "read-us/node")
+}
+
+// openMeasured returns a Store on a fresh database of its own, the
+// database's DSN, and a function returning the CPU time so far of the
+// PostgreSQL backends serving it (pgtest.BackendCPU, from a connection of
+// its own): benchmarks report the difference of two calls.
+func openMeasured(b *testing.B) (*store.Store, string, func() time.Duration) {
+	b.Helper()
+	ctx := context.Background()
+	dsn := pgtest.DSN(b)
+	s, err := store.Open(ctx, dsn)
 	if err != nil {
 		b.Fatal(err)
 	}
-	read := float64(b.N * group)
-	b.ReportMetric(float64((c1-c0).Microseconds())/read, "pg-us/node")
-	b.ReportMetric(float64(b.Elapsed().Microseconds())/read, "read-us/node")
+	b.Cleanup(s.Close)
+	stats, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = stats.Close(context.Background()) })
+	return s, dsn, func() time.Duration {
+		d, err := pgtest.BackendCPU(ctx, stats)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return d
+	}
 }
