@@ -47,9 +47,16 @@ const (
 	// insert. Reports of different nodes do not wait on each other (a 64-bit
 	// hash; a collision only serializes two nodes). A row lock would not
 	// do: a node's first reports have no row to lock.
-	sqlLockNodes = `
+	sqlLockNodes = sqlLockKeys + `unnest($1::text[], $2::text[]) AS t(c, n)` + sqlLockKeysEnd
+
+	// sqlLockKeys, a row source of (c, n) pairs, then sqlLockKeysEnd: the
+	// advisory locks of those nodes in key order, one row (their count).
+	// The one spelling of a node's lock key (sqlLockNodes, and
+	// sqlReadNodesMeta in nodes.go for the nodes a reconcile writes).
+	sqlLockKeys = `
 SELECT count(pg_advisory_xact_lock(k)) FROM (
-    SELECT hashtextextended(c || '/' || n, 0) AS k FROM unnest($1::text[], $2::text[]) AS t(c, n) ORDER BY k) keys`
+    SELECT hashtextextended(c || '/' || n, 0) AS k FROM `
+	sqlLockKeysEnd = ` ORDER BY k) keys`
 
 	// The node upsert of a group (the conflict clause, sqlNodeConflict in
 	// findings.go, says what a report may change). It returns, per node,

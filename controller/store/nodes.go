@@ -107,24 +107,56 @@ nodepool, zone, instance_type, nodeclaim, created_at, updated_at, labels, opt_ou
 	// $1 = '' lists every cluster.
 	sqlListNodes = `SELECT ` + nodeCols + ` FROM nodes WHERE $1 = '' OR cluster = $1 ORDER BY cluster, name`
 
-	// The Kubernetes columns only (ReadNodes: $1-$6 and $8 the nodes'
-	// arrays, distinct nodes; $7 now); the agent's columns are
+	// sqlReadNodesMeta records the Kubernetes columns of the nodes $1/$2
+	// (ReadNodes: $3-$6 and $8 their values, distinct nodes; $7 now) and
+	// returns every one's row (nodeCols). The agent's columns are
 	// IngestReport's. The Node is there (the reconciler read it): no longer
 	// removed.
-	sqlUpsertNodesMeta = `
-INSERT INTO nodes AS n (cluster, name, nodepool, zone, instance_type, nodeclaim, created_at, updated_at, labels)
-SELECT u.cluster, u.name, u.nodepool, u.zone, u.instance_type, u.nodeclaim, $7::timestamptz, $7::timestamptz, u.labels
-FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $8::jsonb[])
-     AS u(cluster, name, nodepool, zone, instance_type, nodeclaim, labels)
-ON CONFLICT (cluster, name) DO UPDATE SET
-    nodepool = excluded.nodepool,
-    labels = excluded.labels,
-    zone = excluded.zone,
-    instance_type = excluded.instance_type,
-    nodeclaim = excluded.nodeclaim,
-    updated_at = excluded.updated_at,
-    removed_at = NULL
-RETURNING ` + nodeCols
+	//
+	// A node whose row already holds these values and is not removed (what
+	// almost every reconcile finds: a node's Kubernetes facts rarely change)
+	// is read, not written: no new row version, no row lock, no advisory
+	// lock, so a reconcile never waits for an ingest group holding the
+	// node's lock and never makes one wait (docs/design.md "A reconcile's
+	// read writes only what changed"). Only the others (a new node, a changed
+	// fact, a removed node whose Node is back) are upserted; when there is
+	// more than one, their advisory locks are taken first, in key order
+	// (sqlLockKeys, as the ingest groups take them, groupcommit.go), in
+	// the same statement and for exactly the nodes it writes: several row
+	// locks in one transaction, which could otherwise deadlock with an
+	// ingest group upserting the same nodes in another order. The
+	// unchanged rows are the statement's snapshot, as any read; the written
+	// ones the latest version (ON CONFLICT), with the agent's columns as
+	// the last report left them.
+	sqlReadNodesMeta = `
+WITH input AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $8::jsonb[])
+    AS u(cluster, name, nodepool, zone, instance_type, nodeclaim, labels)),
+unchanged AS MATERIALIZED (
+    SELECT s.* FROM input u
+    CROSS JOIN LATERAL (SELECT * FROM nodes WHERE cluster = u.cluster AND name = u.name OFFSET 0) s
+    WHERE s.removed_at IS NULL
+      AND (s.nodepool, s.zone, s.instance_type, s.nodeclaim, s.labels) = (u.nodepool, u.zone, u.instance_type, u.nodeclaim, u.labels)),
+changed AS MATERIALIZED (
+    SELECT u.* FROM input u WHERE NOT EXISTS (SELECT FROM unchanged k WHERE k.cluster = u.cluster AND k.name = u.name)),
+locked AS MATERIALIZED (
+    ` + sqlLockKeys + `(SELECT cluster, name FROM changed WHERE (SELECT count(*) FROM changed) > 1) AS t(c, n)` + sqlLockKeysEnd + `),
+written AS (
+    INSERT INTO nodes AS n (cluster, name, nodepool, zone, instance_type, nodeclaim, created_at, updated_at, labels)
+    SELECT c.cluster, c.name, c.nodepool, c.zone, c.instance_type, c.nodeclaim, $7::timestamptz, $7::timestamptz, c.labels
+    FROM changed c CROSS JOIN locked -- the locks' one row: taken before the first row is written
+    ON CONFLICT (cluster, name) DO UPDATE SET
+        nodepool = excluded.nodepool,
+        labels = excluded.labels,
+        zone = excluded.zone,
+        instance_type = excluded.instance_type,
+        nodeclaim = excluded.nodeclaim,
+        updated_at = excluded.updated_at,
+        removed_at = NULL
+    RETURNING n.*)
+SELECT ` + nodeCols + ` FROM written
+UNION ALL
+SELECT ` + nodeCols + ` FROM unchanged`
 )
 
 // SetNodePoolBudget sets how many NodeClaim deletions each NodePool of the

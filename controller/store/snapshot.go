@@ -145,7 +145,7 @@ CROSS JOIN LATERAL (SELECT * FROM repairs WHERE cluster = u.c AND node = u.n AND
 // NodeSnapshot is what one reconcile reads of a node (ReadNode).
 type NodeSnapshot struct {
 	// Node is the stored node after its Kubernetes facts were recorded
-	// (sqlUpsertNodesMeta's result: the agent's boot ID, versions, inventory,
+	// (sqlReadNodesMeta's result: the agent's boot ID, versions, inventory,
 	// the owners' word).
 	Node Node
 	// Open is the node's open repair (OpenRepairForNode); HasOpen is false
@@ -170,7 +170,9 @@ type NodeSnapshot struct {
 // is stored as such), creating the cluster and node rows when needed and
 // clearing the node's removal (MarkNodeRemoved); it never touches the
 // agent's fields (boot ID, versions, heartbeat, last seen), so the reconciler
-// and the ingest path do not overwrite each other. It reads
+// and the ingest path do not overwrite each other. A node whose row holds
+// these facts already and is not removed is only read: no write, no lock,
+// updated_at kept (sqlReadNodesMeta). It reads
 // in the same round trip everything a reconcile of it needs (NodeSnapshot):
 // one pipelined batch, one implicit transaction. findingsLimit bounds the
 // findings read (<= 0 or above MaxFindingsLimit: MaxFindingsLimit).
@@ -188,10 +190,11 @@ func (s *Store) ReadNode(ctx context.Context, meta Node, findingsLimit int, now 
 // trip: one pipelined batch, one implicit transaction, all of it or nothing;
 // the i-th snapshot is metas[i]'s, the saved breaker state is read once for
 // all. Each kind of read is one statement for all the nodes (the nodes'
-// upsert, their open and newest repairs, their findings). With more than
-// one node the batch first takes the nodes' advisory locks in key order, as
-// the ingest groups do (sqlLockNodes, groupcommit.go), so its node upserts
-// cannot deadlock with a group writing the same nodes' heartbeats.
+// upsert, their open and newest repairs, their findings). Only the nodes
+// whose Kubernetes facts changed are written; when more than one is, the
+// statement first takes their advisory locks in key order, as the ingest
+// groups do (sqlReadNodesMeta; sqlLockNodes, groupcommit.go), so its node
+// upserts cannot deadlock with a group writing the same nodes' heartbeats.
 // ErrInvalid for a meta without a cluster or node name, or a node named
 // twice; errors are wrapped "read node cluster/node" (one node) or "read N
 // nodes".
@@ -222,10 +225,7 @@ func (s *Store) ReadNodes(ctx context.Context, metas []Node, findingsLimit int, 
 	b := &pgx.Batch{}
 	b.Queue(sqlGroupPlans)
 	unknown := s.queueUnknownClusters(b, clusters, now)
-	if n > 1 {
-		b.Queue(sqlLockNodes, clusters, names)
-	}
-	b.Queue(sqlUpsertNodesMeta, clusters, names, pools, zones, types, claims, now, labels)
+	b.Queue(sqlReadNodesMeta, clusters, names, pools, zones, types, claims, now, labels)
 	b.Queue(sqlRepairsOfNodes, clusters, names)
 	b.Queue(sqlFindingsOfNodes, clusters, names, time.Time{}, findingsLimit)
 	b.Queue(sqlGetBreakerState)
@@ -237,11 +237,6 @@ func (s *Store) ReadNodes(ctx context.Context, metas []Node, findingsLimit int, 
 			return err
 		}
 		if len(unknown) > 0 {
-			if _, err := br.Exec(); err != nil {
-				return err
-			}
-		}
-		if n > 1 {
 			if _, err := br.Exec(); err != nil {
 				return err
 			}

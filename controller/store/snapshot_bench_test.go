@@ -6,11 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/fleetrepair/fleetrepair/agent/finding"
 	"github.com/fleetrepair/fleetrepair/controller/store"
-	"github.com/fleetrepair/fleetrepair/test/pgtest"
 )
 
 // BenchmarkNodeLedgers is the database side of the zone wave's evidence
@@ -29,17 +26,7 @@ func BenchmarkNodeLedgers(b *testing.B) {
 	for _, size := range []int{1, 8, 64} {
 		b.Run(fmt.Sprintf("group=%d", size), func(b *testing.B) {
 			ctx := context.Background()
-			dsn := pgtest.DSN(b)
-			s, err := store.Open(ctx, dsn)
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(s.Close)
-			stats, err := pgx.Connect(ctx, dsn)
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { _ = stats.Close(context.Background()) })
+			s, _, cpu := openMeasured(b)
 			now := time.Now().UTC()
 			nodes := make([]string, b.N*size)
 			fids := make([]string, len(nodes))
@@ -53,13 +40,6 @@ func BenchmarkNodeLedgers(b *testing.B) {
 					BootID: "boot-1", Findings: []finding.Finding{f}, Heartbeat: &finding.Heartbeat{DriverVersion: "550.54.15", GPUCount: 8}}, now); err != nil {
 					b.Fatal(err)
 				}
-			}
-			cpu := func() time.Duration {
-				d, err := pgtest.BackendCPU(ctx, stats)
-				if err != nil {
-					b.Fatal(err)
-				}
-				return d
 			}
 			var readWall, writeWall, readPG, writePG time.Duration
 			b.ResetTimer()
