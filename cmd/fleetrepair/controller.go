@@ -42,6 +42,7 @@ func newControllerCmd() *cobra.Command {
 		kubeBurst                            int
 		secretsNS, secretsKubeconfig         string
 		findingCompaction                    bool
+		profilingListen                      string
 	)
 	cmd := &cobra.Command{
 		Use:   "controller",
@@ -168,6 +169,13 @@ stops the controller with an error naming the variable.`,
 						return clusterFromConfig(name, cfg, copts)
 					}}
 			}
+			if profilingListen != "" {
+				stop, err := serveProfiling(cmd.Context(), profilingListen, o.Log)
+				if err != nil {
+					return err
+				}
+				defer stop()
+			}
 			c, err := runner.Start(cmd.Context(), o)
 			if err != nil {
 				return err
@@ -179,6 +187,7 @@ stops the controller with an error naming the variable.`,
 	f.StringVar(&o.DatabaseURL, "database-url", "", "PostgreSQL connection string (env DATABASE_URL)")
 	f.BoolVar(&o.Migrate, "migrate", false, "apply database migrations at start")
 	f.StringVar(&o.Listen, "listen", ":8080", "HTTP listen address for the API, /metrics, /livez, /readyz")
+	f.StringVar(&profilingListen, "profiling-listen", "", "serve Go's net/http/pprof profiles on this address, e.g. 127.0.0.1:6060 (env FLEETREPAIR_PROFILING_LISTEN; empty: off). No authentication: keep it on loopback and reach it with kubectl port-forward")
 	f.StringVar(&o.TLSCertFile, "tls-cert-file", "", "serve HTTPS with this PEM certificate (re-read when it changes; env FLEETREPAIR_TLS_CERT_FILE); needs --tls-key-file")
 	f.StringVar(&o.TLSKeyFile, "tls-key-file", "", "PEM private key of --tls-cert-file (env FLEETREPAIR_TLS_KEY_FILE)")
 	f.StringArrayVar(&clusters, "cluster", nil, "NAME=KUBECONFIG or NAME=in-cluster (repeatable)")

@@ -519,7 +519,12 @@ func (h *harness) startReplica(ctx context.Context, bin string, i int) *replica 
 	if h.cfg.DBPoolConns > 0 {
 		dsn += "&pool_max_conns=" + strconv.Itoa(h.cfg.DBPoolConns)
 	}
+	pport, err := freePort()
+	if err != nil {
+		h.fatal("%v", err)
+	}
 	args := []string{"controller", "--database-url", dsn, "--listen", "127.0.0.1:" + strconv.Itoa(port),
+		"--profiling-listen", "127.0.0.1:" + strconv.Itoa(pport),
 		"--cluster", Cluster + "=" + h.env.Kubeconfig, "--agent-auth=static", "--agent-token", token,
 		"--toleration", h.cfg.Toleration.String(), "--resync", h.cfg.Resync.String(), "--workers", strconv.Itoa(h.cfg.Workers)}
 	for _, o := range h.others {
@@ -551,6 +556,9 @@ func (h *harness) startReplica(ctx context.Context, bin string, i int) *replica 
 		h.fatal("start controller: %v", err)
 	}
 	r := &replica{name: name, url: &url.URL{Scheme: "http", Host: "127.0.0.1:" + strconv.Itoa(port)}, cmd: cmd, done: make(chan struct{})}
+	// A stalled controller can be profiled while it stalls (docs/scale.md).
+	h.prog.printf("%s: pid %d, pprof http://127.0.0.1:%d/debug/pprof/ (go tool pprof http://127.0.0.1:%d/debug/pprof/profile?seconds=30)",
+		name, cmd.Process.Pid, pport, pport)
 	go func() { _ = cmd.Wait(); logf.Close(); close(r.done) }()
 	stop := func() {
 		if !r.dead.Load() {
