@@ -2,40 +2,21 @@ package ui_test
 
 import (
 	"io"
-	"log/slog"
 	"maps"
 	"net/http"
-	"net/http/httptest"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/fleetrepair/fleetrepair/controller/auth"
-	"github.com/fleetrepair/fleetrepair/controller/catalog"
-	"github.com/fleetrepair/fleetrepair/test/pgtest"
 	"github.com/fleetrepair/fleetrepair/web/api"
-	"github.com/fleetrepair/fleetrepair/web/ui"
 )
 
 // TestRequestMetrics checks that the dashboard's pages are counted by
 // their route pattern and that a request falling through to the API's
 // handler is counted once, by the API's route (or as unmatched).
 func TestRequestMetrics(t *testing.T) {
-	st := pgtest.Store(t)
 	reg := prometheus.NewRegistry()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	svc, err := api.New(api.Config{Store: st, Catalog: catalog.Default(), Clusters: []string{"c1"}, Registerer: reg, Gatherer: reg, Log: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := ui.Handler(ui.Config{API: svc, APIHandler: svc.Handler(), DevLogin: true, Log: log,
-		Sessions: auth.NewSessions(st.Sessions(nil), time.Hour, time.Hour, false)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(h)
-	t.Cleanup(srv.Close)
+	srv, _ := newPlainRegistered(t, true, reg)
 	c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	for _, p := range []string{"/login", "/fleet", "/nodes/c1/n1", "/api/v1/reasons", "/api/v1/nodes/c1/n1", "/no/such/page"} {
 		resp, err := c.Get(srv.URL + p)
