@@ -38,7 +38,7 @@ func newHTTPMetrics() *httpMetrics {
 	labels := []string{"route", "method", "code"}
 	return &httpMetrics{
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "fleetrepair_http_request_duration_seconds",
-			Help:    "HTTP requests served, by route pattern, method and status code: seconds from the routing to the end of the answer (long-lived streams, /api/v1/events, left out).",
+			Help:    "HTTP requests served, by route pattern, method and status code: seconds spent answering, from the router on (the long-lived stream /api/v1/events left out).",
 			Buckets: httpDurationBuckets}, labels),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fleetrepair_http_requests_total",
 			Help: "HTTP requests served, by route pattern, method and status code (streams counted when they end)."}, labels),
