@@ -71,7 +71,8 @@ bench:
 ## own RSS every 30 s and each phase's figures as the phase ends (also into bin/load-$(LOAD_NODES).txt),
 ## and writes a heap profile of itself every LOAD_HEAP_EVERY into the logs folder. Every LOAD_* value
 ## is passed on as its -load.* flag (docs/scale.md "Commands"); a value the run cannot use
-## (LOAD_NODES=0, LOAD_REPLICAS=3, ...) is refused before anything starts. LOAD_PG_OUTAGE=0 (or
+## (LOAD_NODES=0, LOAD_NODES=abc, LOAD_REPLICAS=3, ...) is refused before anything is built, by the
+## benchmark's own rules (test/load/checkflags), one line naming each bad variable. LOAD_PG_OUTAGE=0 (or
 ## negative) runs no PostgreSQL outage; LOAD_DB_POOL=0 leaves the controller's own pool size (32);
 ## LOAD_AGENT_RAMP starts the agents evenly over that long (0: one heartbeat, or 3 ms per agent when longer).
 ## LOAD_LEASE sets the replicas' Lease duration (0: the controller's 15s), so the failover after the leader is killed can be measured.
@@ -90,14 +91,18 @@ LOAD_DB_POOL    ?= 32
 LOAD_HEAP_EVERY ?= 5m
 LOAD_AGENT_RAMP ?= 0
 LOAD_LEASE ?= 0
+# The -load.* flag of each LOAD_* value (test/load/flags.go's makeVars names them back).
+LOAD_ARGS = -load.nodes=$(LOAD_NODES) -load.clusters=$(LOAD_CLUSTERS) -load.first-cluster-nodes=$(LOAD_FIRST_NODES) \
+	-load.profile=$(LOAD_PROFILE) -load.replicas=$(LOAD_REPLICAS) -load.workers=$(LOAD_WORKERS) -load.zones=$(LOAD_ZONES) \
+	-load.heartbeat=$(LOAD_HEARTBEAT) -load.steady=$(LOAD_STEADY) -load.pg-outage=$(LOAD_PG_OUTAGE) \
+	-load.toleration=$(LOAD_TOLERATION) -load.db-pool=$(LOAD_DB_POOL) -load.heap-every=$(LOAD_HEAP_EVERY) \
+	-load.agent-ramp=$(LOAD_AGENT_RAMP) -load.lease-duration=$(LOAD_LEASE)
 load:
 	@mkdir -p $(BIN)
+	@$(GO) build -o $(BIN)/load-checkflags ./test/load/checkflags && ./$(BIN)/load-checkflags $(LOAD_ARGS)
 	$(GO) build -o $(BIN)/fleetrepair ./cmd/fleetrepair
 	$(GO) test ./test/load -run '^$$' -bench '^BenchmarkLoad$$' -benchtime 1x -timeout 120m -args -load.binary=$(CURDIR)/$(BIN)/fleetrepair \
-		-load.nodes=$(LOAD_NODES) -load.clusters=$(LOAD_CLUSTERS) -load.first-cluster-nodes=$(LOAD_FIRST_NODES) -load.profile=$(LOAD_PROFILE) -load.replicas=$(LOAD_REPLICAS) -load.workers=$(LOAD_WORKERS) \
-		-load.zones=$(LOAD_ZONES) -load.heartbeat=$(LOAD_HEARTBEAT) \
-		-load.steady=$(LOAD_STEADY) -load.pg-outage=$(LOAD_PG_OUTAGE) -load.toleration=$(LOAD_TOLERATION) -load.db-pool=$(LOAD_DB_POOL) -load.heap-every=$(LOAD_HEAP_EVERY) -load.agent-ramp=$(LOAD_AGENT_RAMP) -load.lease-duration=$(LOAD_LEASE) \
-		-load.out=$(CURDIR)/$(BIN)/load-$(LOAD_NODES).txt -load.logs=$(CURDIR)/$(BIN)/load-logs-$(LOAD_NODES)
+		$(LOAD_ARGS) -load.out=$(CURDIR)/$(BIN)/load-$(LOAD_NODES).txt -load.logs=$(CURDIR)/$(BIN)/load-logs-$(LOAD_NODES)
 
 ## faults: the full fault-injection suite (test/load/faults.go, docs/faults.md): cmd/fleetrepair with
 ## TokenReview against a kube-apiserver, PostgreSQL stopped for FAULTS_PG_OUTAGE with agents killed and

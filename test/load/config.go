@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"strings"
 	"sync"
 	"time"
 
@@ -113,7 +112,7 @@ func (c Config) validate() error {
 	if len(bad) == 0 {
 		return nil
 	}
-	return errors.New("load config: " + strings.Join(bad, "; "))
+	return &ConfigError{Problems: bad}
 }
 
 // clusterShares checks how the nodes fall into the clusters: with one
@@ -148,8 +147,8 @@ func (c Config) clusterShares() []string {
 func checkMemory(clusters int, available int64) error {
 	need := int64(clusters) * APIServerMemory
 	if need > available {
-		return fmt.Errorf("load config: clusters %d: need about %d MiB for their API servers and etcds (%d MiB each), the machine has %d MiB available",
-			clusters, need>>20, APIServerMemory>>20, available>>20)
+		return &ConfigError{Problems: []string{fmt.Sprintf("clusters %d: need about %d MiB for their API servers and etcds (%d MiB each), the machine has %d MiB available",
+			clusters, need>>20, APIServerMemory>>20, available>>20)}}
 	}
 	return nil
 }

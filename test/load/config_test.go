@@ -22,8 +22,8 @@ func TestFlagDefaultsMatchTheFlags(t *testing.T) {
 	if got, want := currentFlags(), defaultFlags(); got != want {
 		t.Fatalf("flag defaults %+v, want %+v", got, want)
 	}
-	if *flagWorkers != config.DefaultWorkers {
-		t.Fatalf("-load.workers defaults to %d, the controller's --workers to %d", *flagWorkers, config.DefaultWorkers)
+	if *benchFlags.workers != config.DefaultWorkers {
+		t.Fatalf("-load.workers defaults to %d, the controller's --workers to %d", *benchFlags.workers, config.DefaultWorkers)
 	}
 }
 

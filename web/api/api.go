@@ -154,6 +154,7 @@ type server struct {
 	reportsOK    prometheus.Counter // reports{result="ok"}, looked up once: every heartbeat counts on it
 	findings     prometheus.Counter
 	guards       *guards
+	http         *httpMetrics // every route's duration and count (httpmetrics.go)
 }
 
 // Handler returns the HTTP handler with every route (New(cfg).Handler()).
@@ -196,9 +197,11 @@ func newServer(cfg Config) (*server, error) {
 		findings: prometheus.NewCounter(prometheus.CounterOpts{Name: "fleetrepair_ingest_findings_new_total",
 			Help: "Findings stored for the first time (duplicates excluded)."}),
 		guards: newGuards(cfg.Limits),
+		http:   newHTTPMetrics(),
 	}
 	if cfg.Registerer != nil {
-		for _, c := range append([]prometheus.Collector{s.reports, s.findings, newGauges(s)}, s.guards.collectors()...) {
+		cs := append([]prometheus.Collector{s.reports, s.findings, newGauges(s)}, s.guards.collectors()...)
+		for _, c := range append(cs, s.http.collectors()...) {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("register api metrics: %w", err)
 			}
@@ -214,7 +217,7 @@ func newServer(cfg Config) (*server, error) {
 func (s *server) routes() http.Handler {
 	cfg := s.cfg
 	r := chi.NewRouter()
-	r.Use(middleware.RequestID, middleware.Recoverer, clientIP(s.guards.limits.TrustedProxies), securityHeaders)
+	r.Use(s.http.instrument, middleware.RequestID, middleware.Recoverer, clientIP(s.guards.limits.TrustedProxies), securityHeaders)
 	r.Get("/livez", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	r.Get("/readyz", s.readyz)
 	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))
@@ -252,9 +255,11 @@ func (s *server) routes() http.Handler {
 		r.Get("/events", s.events)
 	})
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
+		markUnmatched(r)
 		writeError(w, http.StatusNotFound, "no such route: "+r.Method+" "+r.URL.Path, "see the route list in README.md", nil)
 	})
 	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
+		markUnmatched(r)
 		writeError(w, http.StatusMethodNotAllowed, "method not allowed: "+r.Method+" "+r.URL.Path, "", nil)
 	})
 	return r

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/fleetrepair/fleetrepair/controller/auth"
 	"github.com/fleetrepair/fleetrepair/controller/catalog"
 	"github.com/fleetrepair/fleetrepair/controller/lifecycle"
@@ -26,9 +28,16 @@ import (
 // when dev is set.
 func newPlain(t *testing.T, dev bool) (*httptest.Server, *store.Store) {
 	t.Helper()
+	return newPlainRegistered(t, dev, nil)
+}
+
+// newPlainRegistered is newPlain with the API's metrics registered in reg
+// (none when nil).
+func newPlainRegistered(t *testing.T, dev bool, reg prometheus.Registerer) (*httptest.Server, *store.Store) {
+	t.Helper()
 	st := pgtest.Store(t)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	svc, err := api.New(api.Config{Store: st, Catalog: catalog.Default(), Clusters: []string{"c1"}, Log: log})
+	svc, err := api.New(api.Config{Store: st, Catalog: catalog.Default(), Clusters: []string{"c1"}, Registerer: reg, Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -104,6 +104,13 @@ groups:
         annotations:
           summary: 'The controller fails to store agent reports ({{ `{{ $value | printf "%.2g" }}` }}/s); agents retry and spool, findings arrive late.'
           runbook_url: {{ $url }}/FleetRepairIngestErrors.md
+      - alert: FleetRepairIngestSlow
+        expr: histogram_quantile(0.99, sum by (le) (rate(fleetrepair_http_request_duration_seconds_bucket{ {{- $ns }}, route="/api/v1/reports"}[10m]))) > 0.1
+        for: 15m
+        labels: {severity: warning}
+        annotations:
+          summary: 'The controller answers agent reports slowly: p99 {{ `{{ $value | printf "%.2g" }}` }} s over 10 minutes, the goal is 0.1 s; next come 429 and 503, and findings arrive late.'
+          runbook_url: {{ $url }}/FleetRepairIngestSlow.md
       - alert: FleetRepairAgentsUnauthorized
         expr: sum(rate(fleetrepair_ingest_reports_total{ {{- $ns }}, result="unauthorized"}[10m])) > 0
         for: 15m
