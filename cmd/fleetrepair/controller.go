@@ -170,11 +170,9 @@ stops the controller with an error naming the variable.`,
 					}}
 			}
 			if profilingListen != "" {
-				stop, err := serveProfiling(cmd.Context(), profilingListen, o.Log)
-				if err != nil {
+				if err := serveProfiling(cmd.Context(), profilingListen, o.Log); err != nil {
 					return err
 				}
-				defer stop()
 			}
 			c, err := runner.Start(cmd.Context(), o)
 			if err != nil {

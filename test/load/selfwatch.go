@@ -4,9 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
-	"net/http/pprof"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -15,6 +12,8 @@ import (
 	"sync"
 	"text/tabwriter"
 	"time"
+
+	"github.com/fleetrepair/fleetrepair/web/profiling"
 )
 
 // progress writes lines to Config.Progress as they happen (a benchmark's
@@ -124,16 +123,5 @@ func writeHeapProfile(dir string, now time.Time) (string, error) {
 // tool pprof http://ADDR/debug/pprof/heap`), and returns the address it
 // listens on.
 func ServePprof(addr string) (string, error) {
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		return "", fmt.Errorf("listen for pprof: %w", err)
-	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	go func() { _ = http.Serve(l, mux) }()
-	return l.Addr().String(), nil
+	return profiling.Serve(context.Background(), addr, nil)
 }
