@@ -71,6 +71,9 @@ stops the controller with an error naming the variable.`,
 			if o.DatabaseURL == "" {
 				return errors.New("--database-url (or DATABASE_URL) is required")
 			}
+			if err := checkProfilingListen(profilingListen, o.Listen); err != nil {
+				return err
+			}
 			cfg, err := controllerConfig(cmd.Flags(), configFile, policyFile)
 			if err != nil {
 				return err
@@ -185,7 +188,7 @@ stops the controller with an error naming the variable.`,
 	f.StringVar(&o.DatabaseURL, "database-url", "", "PostgreSQL connection string (env DATABASE_URL)")
 	f.BoolVar(&o.Migrate, "migrate", false, "apply database migrations at start")
 	f.StringVar(&o.Listen, "listen", ":8080", "HTTP listen address for the API, /metrics, /livez, /readyz")
-	f.StringVar(&profilingListen, "profiling-listen", "", "serve Go's net/http/pprof profiles on this address, e.g. 127.0.0.1:6060 (env FLEETREPAIR_PROFILING_LISTEN; empty: off). No authentication: keep it on loopback and reach it with kubectl port-forward")
+	f.StringVar(&profilingListen, "profiling-listen", "", "serve Go's net/http/pprof profiles on this loopback address, e.g. 127.0.0.1:6060 (env FLEETREPAIR_PROFILING_LISTEN; empty: off). Unauthenticated, so only loopback is accepted: reach it with kubectl port-forward")
 	f.StringVar(&o.TLSCertFile, "tls-cert-file", "", "serve HTTPS with this PEM certificate (re-read when it changes; env FLEETREPAIR_TLS_CERT_FILE); needs --tls-key-file")
 	f.StringVar(&o.TLSKeyFile, "tls-key-file", "", "PEM private key of --tls-cert-file (env FLEETREPAIR_TLS_KEY_FILE)")
 	f.StringArrayVar(&clusters, "cluster", nil, "NAME=KUBECONFIG or NAME=in-cluster (repeatable)")
@@ -334,6 +337,24 @@ func loopback(listen string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// checkProfilingListen refuses a --profiling-listen address that is not
+// loopback (the profiles are unauthenticated and show the process's memory)
+// or that shares --listen's port (the API's listener would then fail with
+// an error that names only --listen). Empty profiling is off: no error.
+func checkProfilingListen(profiling, listen string) error {
+	if profiling == "" {
+		return nil
+	}
+	if !loopback(profiling) {
+		return fmt.Errorf("--profiling-listen %q: the profiles are unauthenticated, so only a loopback address is allowed (127.0.0.1:PORT, [::1]:PORT, localhost:PORT); reach it with kubectl port-forward", profiling)
+	}
+	_, pport, _ := net.SplitHostPort(profiling)
+	if _, lport, err := net.SplitHostPort(listen); err == nil && lport == pport && pport != "0" {
+		return fmt.Errorf("--profiling-listen %q and --listen %q: the same port; give profiling a port of its own", profiling, listen)
+	}
+	return nil
 }
 
 // parseOIDCRoles maps --oidc-role GROUP=ROLE values into c's group lists.

@@ -30,6 +30,34 @@ func TestLoopback(t *testing.T) {
 	}
 }
 
+// TestCheckProfilingListen: --profiling-listen takes only a loopback
+// address, never --listen's port; empty is off.
+func TestCheckProfilingListen(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		profiling, listen, wantErr string
+	}{
+		{"", ":8080", ""},
+		{"127.0.0.1:6060", ":8080", ""},
+		{"[::1]:6060", ":8080", ""},
+		{"localhost:6060", "127.0.0.1:8080", ""},
+		{":6060", ":8080", "only a loopback address"},
+		{"0.0.0.0:6060", ":8080", "only a loopback address"},
+		{"10.0.0.5:6060", ":8080", "only a loopback address"},
+		{"nonsense", ":8080", "only a loopback address"},
+		{"127.0.0.1:8080", ":8080", "the same port"},
+		{"127.0.0.1:18080", "127.0.0.1:18080", "the same port"},
+	} {
+		err := checkProfilingListen(tc.profiling, tc.listen)
+		if (tc.wantErr == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.wantErr)) {
+			t.Errorf("checkProfilingListen(%q, %q) = %v, want %q", tc.profiling, tc.listen, err, tc.wantErr)
+		}
+		if err != nil && !strings.Contains(err.Error(), "--profiling-listen") {
+			t.Errorf("error %q does not name the flag", err)
+		}
+	}
+}
+
 // TestControllerEnv: every controller flag reads its environment variable,
 // booleans parse strictly (FLEETREPAIR_DRY_RUN=yes is an error, not "dry run
 // off"), and a flag on the command line wins over the environment.

@@ -2,7 +2,8 @@
 // their own: the controller's --profiling-listen (off by default) and the
 // load harness's own pprof (test/load). Never on the API's listener, whose
 // routes are authenticated and rate-limited: profiles are unauthenticated,
-// so the address belongs on loopback.
+// so the address belongs on loopback (the controller refuses any other),
+// and the command line, which holds secrets, is not among them.
 package profiling
 
 import (
@@ -26,7 +27,8 @@ func Serve(ctx context.Context, addr string, onErr func(error)) (string, error) 
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	// No /debug/pprof/cmdline: the command line holds secrets
+	// (--database-url with its password, --agent-token).
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -26,6 +27,16 @@ func TestServe(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "goroutine profile:") {
 		t.Fatalf("goroutine dump: %s %q", resp.Status, body[:min(len(body), 200)])
+	}
+	// The command line holds secrets (--database-url, --agent-token).
+	if resp, err := http.Get("http://" + addr + "/debug/pprof/cmdline"); err != nil {
+		t.Fatal(err)
+	} else {
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if strings.Contains(string(body), os.Args[0]) {
+			t.Errorf("/debug/pprof/cmdline served the command line: %q", body)
+		}
 	}
 	cancel()
 	closed := false
