@@ -100,7 +100,7 @@ func (c Config) validate() error {
 		} else if err := leaseTimings(c.LeaseDuration).CheckTimings(); err != nil {
 			var te *runner.TimingError
 			if errors.As(err, &te) && te.Timing == "lease duration" {
-				add("lease-duration %s: want %s", c.LeaseDuration, te.Want)
+				add("lease-duration %s: want %s, or 0 for the controller's default", c.LeaseDuration, te.Want)
 			} else {
 				add("lease-duration %s: %v", c.LeaseDuration, err)
 			}

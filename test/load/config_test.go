@@ -59,7 +59,7 @@ func TestFlagConfig(t *testing.T) {
 		{"lease with one replica", func(f *flagValues) { f.replicas, f.lease = 1, 5*time.Second },
 			"load config: lease-duration 5s with replicas 1: only 2 replicas elect a leader"},
 		{"lease not whole seconds", func(f *flagValues) { f.lease = 2500 * time.Millisecond },
-			"load config: lease-duration 2.5s: want a whole number of seconds, at least 1s (the Lease stores whole seconds)"},
+			"load config: lease-duration 2.5s: want a whole number of seconds, at least 1s (the Lease stores whole seconds), or 0 for the controller's default"},
 		{"first cluster without clusters", func(f *flagValues) { f.firstNodes = 10 },
 			"load config: first-cluster-nodes 10 with clusters 1: only the fleet scenario (clusters > 1) has a first cluster"},
 		{"too few nodes for the wave", func(f *flagValues) { f.nodes = 3 },

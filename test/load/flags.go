@@ -142,6 +142,7 @@ func CheckFlags(args []string) []string {
 	fs.SetOutput(io.Discard)
 	f := newLoadFlags(fs)
 	raw := map[string]string{} // flag name (nodes, db-pool) -> the value as given
+	unparsed := map[string]bool{}
 	var bad []string
 	for _, a := range args {
 		name, value, ok := strings.Cut(strings.TrimPrefix(a, "-"), "=")
@@ -153,21 +154,26 @@ func CheckFlags(args []string) []string {
 		raw[strings.TrimPrefix(name, "load.")] = value
 		if err := fs.Set(name, value); err != nil {
 			bad = append(bad, fmt.Sprintf("%s: want %s (-%s: %s)", varIs(name, value), wants(fl.Value), name, fl.Usage))
+			unparsed[strings.TrimPrefix(name, "load.")] = true
+			_ = fs.Set(name, fl.DefValue) // a failed Set leaves a zero, not the default
 		}
 	}
-	if len(bad) > 0 {
-		return bad
-	}
+	// The values that parsed are checked too (one that did not is back at
+	// its default here, and its problem is already said): every bad value
+	// in one go.
 	_, err := flagConfig(f.values(), nil)
 	var ce *ConfigError
 	switch {
 	case err == nil:
-		return nil
+		return bad
 	case !errors.As(err, &ce):
-		return []string{err.Error()}
+		return append(bad, err.Error())
 	}
 	for _, p := range ce.Problems {
 		name, _, _ := strings.Cut(p, " ")
+		if unparsed[name] {
+			continue
+		}
 		if v, ok := raw[name]; ok {
 			p = varIs("load."+name, v) + ": " + p
 		}

@@ -52,7 +52,11 @@ func TestCheckFlags(t *testing.T) {
 		{"two bad values", withArgs("-load.replicas=3", "-load.zones=1"),
 			[]string{"LOAD_ZONES=1: zones 1: want 2 to 26", "LOAD_REPLICAS=3: replicas 3: want 1 or 2"}},
 		{"the variable of another name", withArgs("-load.lease-duration=2500ms"),
-			[]string{"LOAD_LEASE=2500ms: lease-duration 2.5s: want a whole number of seconds, at least 1s (the Lease stores whole seconds)"}},
+			[]string{"LOAD_LEASE=2500ms: lease-duration 2.5s: want a whole number of seconds, at least 1s (the Lease stores whole seconds), or 0 for the controller's default"}},
+		{"unparsable and out of range at once", withArgs("-load.nodes=abc", "-load.replicas=3", "-load.heartbeat=fast"),
+			[]string{"LOAD_NODES=abc: want a whole number (-load.nodes: simulated nodes, over every cluster (1 to 1,000,000))",
+				"LOAD_HEARTBEAT=fast: want a duration such as 90s, 5m or 1h30m (-load.heartbeat: agent heartbeat interval (more than 0))",
+				"LOAD_REPLICAS=3: replicas 3: want 1 or 2"}},
 		{"an unknown flag", []string{"-load.nodez=5"},
 			[]string{`"-load.nodez=5": want -load.NAME=VALUE, NAME one of BenchmarkLoad's flags (go test ./test/load -args -help)`}},
 	} {
