@@ -76,6 +76,7 @@ bench:
 ## negative) runs no PostgreSQL outage; LOAD_DB_POOL=0 leaves the controller's own pool size (32);
 ## LOAD_AGENT_RAMP starts the agents evenly over that long (0: one heartbeat, or 3 ms per agent when longer).
 ## LOAD_LEASE sets the replicas' Lease duration (0: the controller's 15s), so the failover after the leader is killed can be measured.
+## LOAD_KILL_AT is when the leader is killed after the wave's first failing report (1.5s; 0: before the old leader can trip the breaker).
 LOAD_NODES      ?= 1000
 LOAD_CLUSTERS   ?= 1
 LOAD_FIRST_NODES ?= 0
@@ -91,12 +92,13 @@ LOAD_DB_POOL    ?= 32
 LOAD_HEAP_EVERY ?= 5m
 LOAD_AGENT_RAMP ?= 0
 LOAD_LEASE ?= 0
+LOAD_KILL_AT ?= 1.5s
 # The -load.* flag of each LOAD_* value (test/load/flags.go's makeVars names them back).
 LOAD_ARGS = -load.nodes=$(LOAD_NODES) -load.clusters=$(LOAD_CLUSTERS) -load.first-cluster-nodes=$(LOAD_FIRST_NODES) \
 	-load.profile=$(LOAD_PROFILE) -load.replicas=$(LOAD_REPLICAS) -load.workers=$(LOAD_WORKERS) -load.zones=$(LOAD_ZONES) \
 	-load.heartbeat=$(LOAD_HEARTBEAT) -load.steady=$(LOAD_STEADY) -load.pg-outage=$(LOAD_PG_OUTAGE) \
 	-load.toleration=$(LOAD_TOLERATION) -load.db-pool=$(LOAD_DB_POOL) -load.heap-every=$(LOAD_HEAP_EVERY) \
-	-load.agent-ramp=$(LOAD_AGENT_RAMP) -load.lease-duration=$(LOAD_LEASE)
+	-load.agent-ramp=$(LOAD_AGENT_RAMP) -load.lease-duration=$(LOAD_LEASE) -load.kill-at=$(LOAD_KILL_AT)
 load:
 	@mkdir -p $(BIN)
 	@$(GO) build -o $(BIN)/load-checkflags ./test/load/checkflags && ./$(BIN)/load-checkflags $(LOAD_ARGS)

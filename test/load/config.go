@@ -57,6 +57,9 @@ func (c Config) validate() error {
 	if c.KillLeader && c.Replicas != 2 {
 		add("killLeader with replicas %d: needs 2 replicas", c.Replicas)
 	}
+	if c.WaveSpread > 0 && c.KillAt > c.WaveSpread {
+		add("kill-at %s: want 0 (with the first failing report) to %s (the wave's spread)", c.KillAt, c.WaveSpread)
+	}
 	if c.KillLeader && c.Clusters > 1 {
 		add("killLeader with clusters %d: the fleet scenario kills no replica", c.Clusters)
 	}

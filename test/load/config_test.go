@@ -15,7 +15,7 @@ import (
 // defaultFlags are the -load.* flags' defaults.
 func defaultFlags() flagValues {
 	return flagValues{nodes: 1000, zones: 4, clusters: 1, replicas: 2, workers: config.DefaultWorkers, dbPool: 32,
-		steady: time.Minute, heartbeat: 30 * time.Second, toleration: 30 * time.Second, pgOutage: time.Minute, heapEvery: 5 * time.Minute}
+		steady: time.Minute, heartbeat: 30 * time.Second, toleration: 30 * time.Second, pgOutage: time.Minute, heapEvery: 5 * time.Minute, killAt: 1500 * time.Millisecond}
 }
 
 func TestFlagDefaultsMatchTheFlags(t *testing.T) {

@@ -23,6 +23,7 @@ import (
 type loadFlags struct {
 	nodes, zones, clusters, firstNodes, replicas, workers, dbPool        *int
 	steady, heartbeat, toleration, pgOutage, heapEvery, lease, agentRamp *time.Duration
+	killAt                                                               *time.Duration
 	profile, logs, out, binary, pprof                                    *string
 }
 
@@ -46,6 +47,7 @@ func newLoadFlags(fs *flag.FlagSet) *loadFlags {
 		pprof:      fs.String("load.pprof", "localhost:0", "serve the harness's net/http/pprof on this address (printed at start; empty: off)"),
 		heapEvery:  fs.Duration("load.heap-every", 5*time.Minute, "write a heap profile of the harness this often into the -load.logs folder (default: load-heap-<nodes> in the system temp folder; 0: never)"),
 		lease:      fs.Duration("load.lease-duration", 0, "with 2 replicas, the controllers' --leader-elect-lease-duration (whole seconds; renew deadline 2/3 of it, retry period 2/15); 0: the controller's default, 15s"),
+		killAt:     fs.Duration("load.kill-at", 1500*time.Millisecond, "with 2 replicas, when the Lease holder is SIGKILLed after the wave's first failing report (0 to the wave's 3s spread; 0: before the old leader can trip the breaker, so the new leader must)"),
 		agentRamp:  fs.Duration("load.agent-ramp", 0, "start the agents evenly over this, the phases after it (0: one heartbeat, or 3 ms per agent when longer: 5m at 100,000 nodes)"),
 	}
 }
@@ -54,13 +56,14 @@ func newLoadFlags(fs *flag.FlagSet) *loadFlags {
 type flagValues struct {
 	nodes, zones, clusters, firstNodes, replicas, workers, dbPool        int
 	steady, heartbeat, toleration, pgOutage, heapEvery, agentRamp, lease time.Duration
+	killAt                                                               time.Duration
 	profile, logs, binary                                                string
 }
 
 func (f *loadFlags) values() flagValues {
 	return flagValues{nodes: *f.nodes, zones: *f.zones, clusters: *f.clusters, firstNodes: *f.firstNodes,
 		replicas: *f.replicas, workers: *f.workers, dbPool: *f.dbPool, steady: *f.steady, heartbeat: *f.heartbeat,
-		toleration: *f.toleration, pgOutage: *f.pgOutage, heapEvery: *f.heapEvery, agentRamp: *f.agentRamp, lease: *f.lease, profile: *f.profile,
+		toleration: *f.toleration, pgOutage: *f.pgOutage, heapEvery: *f.heapEvery, agentRamp: *f.agentRamp, lease: *f.lease, killAt: *f.killAt, profile: *f.profile,
 		logs: *f.logs, binary: *f.binary}
 }
 
@@ -92,6 +95,9 @@ func flagConfig(f flagValues, progress io.Writer) (Config, error) {
 	if f.heapEvery < 0 {
 		bad = append(bad, fmt.Sprintf("heap-every %s: want 0 (never) or more", f.heapEvery))
 	}
+	if f.killAt < 0 {
+		bad = append(bad, fmt.Sprintf("kill-at %s: want 0 (with the first failing report) to 3s (the wave's spread)", f.killAt))
+	}
 	if f.agentRamp < 0 {
 		bad = append(bad, fmt.Sprintf("agent-ramp %s: want 0 (scaled with the nodes) or more", f.agentRamp))
 	}
@@ -109,11 +115,15 @@ func flagConfig(f flagValues, progress io.Writer) (Config, error) {
 	if pgOutage <= 0 {
 		pgOutage = -1 // Config's "skip": its zero is the 60 s default
 	}
+	killAt := f.killAt
+	if killAt == 0 {
+		killAt = -1 // Config's "with the first report": its zero is WaveSpread/2
+	}
 	cfg := Config{Nodes: f.nodes, Clusters: f.clusters, FirstClusterNodes: f.firstNodes, ProfileDir: f.profile, Zones: f.zones,
 		Replicas: f.replicas, KillLeader: f.replicas == 2 && f.clusters == 1, Workers: f.workers, Steady: f.steady,
 		Heartbeat: f.heartbeat, Toleration: f.toleration, PGOutage: pgOutage, DBPoolConns: f.dbPool, LogDir: f.logs,
 		Binary: f.binary, Progress: progress, HeapProfileDir: heapDir, HeapProfileEvery: f.heapEvery, AgentRamp: f.agentRamp,
-		LeaseDuration: f.lease}
+		LeaseDuration: f.lease, KillAt: killAt}
 	if err := checkConfig(&cfg); err != nil {
 		return Config{}, err
 	}
@@ -129,6 +139,7 @@ var makeVars = map[string]string{
 	"load.zones": "LOAD_ZONES", "load.heartbeat": "LOAD_HEARTBEAT", "load.steady": "LOAD_STEADY",
 	"load.pg-outage": "LOAD_PG_OUTAGE", "load.toleration": "LOAD_TOLERATION", "load.db-pool": "LOAD_DB_POOL",
 	"load.heap-every": "LOAD_HEAP_EVERY", "load.agent-ramp": "LOAD_AGENT_RAMP", "load.lease-duration": "LOAD_LEASE",
+	"load.kill-at": "LOAD_KILL_AT",
 }
 
 // CheckFlags checks args, -load.NAME=VALUE flags as `make load` passes them

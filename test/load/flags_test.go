@@ -14,7 +14,7 @@ import (
 var makeDefaults = []string{"-load.nodes=1000", "-load.clusters=1", "-load.first-cluster-nodes=0", "-load.profile=",
 	"-load.replicas=2", "-load.workers=16", "-load.zones=4", "-load.heartbeat=30s", "-load.steady=60s",
 	"-load.pg-outage=60s", "-load.toleration=30s", "-load.db-pool=32", "-load.heap-every=5m", "-load.agent-ramp=0",
-	"-load.lease-duration=0"}
+	"-load.lease-duration=0", "-load.kill-at=1.5s"}
 
 // withArgs is makeDefaults with each of set ("-load.nodes=abc") in place
 // of the default of its flag.
@@ -57,6 +57,7 @@ func TestCheckFlags(t *testing.T) {
 			[]string{"LOAD_NODES=abc: want a whole number (-load.nodes: simulated nodes, over every cluster (1 to 1,000,000))",
 				"LOAD_HEARTBEAT=fast: want a duration such as 90s, 5m or 1h30m (-load.heartbeat: agent heartbeat interval (more than 0))",
 				"LOAD_REPLICAS=3: replicas 3: want 1 or 2"}},
+		{"a kill after the wave", withArgs("-load.kill-at=4s"), []string{"LOAD_KILL_AT=4s: kill-at 4s: want 0 (with the first failing report) to 3s (the wave's spread)"}},
 		{"an unknown flag", []string{"-load.nodez=5"},
 			[]string{`"-load.nodez=5": want -load.NAME=VALUE, NAME one of BenchmarkLoad's flags (go test ./test/load -args -help)`}},
 	} {

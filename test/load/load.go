@@ -137,7 +137,12 @@ type Config struct {
 	// KillLeader SIGKILLs the replica holding the cluster's Lease in the
 	// middle of the wave (needs Replicas 2).
 	KillLeader bool
-	PGOutage   time.Duration // PostgreSQL stopped this long under load (60s); < 0 skips it
+	// KillAt is when, after the wave's first failing report, the leader is
+	// killed (WaveSpread/2; at most WaveSpread; negative: with the first
+	// report, so the old leader has seen at most one failing report and a
+	// trip is the new leader's).
+	KillAt   time.Duration
+	PGOutage time.Duration // PostgreSQL stopped this long under load (60s); < 0 skips it
 	// Background is the fleet-wide rate of non-critical findings (Xid 92,
 	// informational: it opens nothing and counts towards no breaker) in
 	// findings/s (Nodes/100), so the database outage has findings to lose.
@@ -178,6 +183,7 @@ func (c *Config) defaults() {
 		c.WaveShare = 0.6
 	}
 	orDefault(&c.WaveSpread, 3*time.Second)
+	orDefault(&c.KillAt, c.WaveSpread/2)
 	orDefault(&c.Heartbeat, 30*time.Second)
 	orDefault(&c.AgentRamp, defaultAgentRamp(max(c.Nodes, 0), c.Heartbeat)) // negative Nodes are refused by validate
 	orDefault(&c.Flush, 5*time.Second)
@@ -996,7 +1002,7 @@ func (h *harness) runWave(ctx context.Context) {
 	})
 	if cfg.KillLeader {
 		wg.Go(func() {
-			sleepCtx(ctx, cfg.WaveSpread/2)
+			sleepCtx(ctx, max(cfg.KillAt, 0))
 			h.killLeader(ctx)
 		})
 	}
