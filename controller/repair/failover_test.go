@@ -3,7 +3,6 @@ package repair_test
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -50,16 +49,7 @@ func TestNewLeaderFreshEvidenceFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A strictly increasing clock from a fixed start.
-	var (
-		mu  sync.Mutex
-		now = time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
-	)
-	clk := func() time.Time {
-		mu.Lock()
-		defer mu.Unlock()
-		now = now.Add(time.Microsecond)
-		return now
-	}
+	clk := strictClock(func() time.Time { return time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC) })
 	start := clk()
 	ingest := func(node string, at time.Time, f finding.Finding) {
 		t.Helper()

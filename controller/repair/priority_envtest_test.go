@@ -3,7 +3,6 @@ package repair_test
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -53,20 +52,7 @@ func TestNewEvidenceBeforeBacklog(t *testing.T) {
 	k := kube.New("east", env.Client)
 	eng, _ := diagnose.New(diagnose.Options{})
 	// A strictly increasing clock: every reconcile stamps distinct times.
-	var (
-		clockMu sync.Mutex
-		last    time.Time
-	)
-	now := func() time.Time {
-		clockMu.Lock()
-		defer clockMu.Unlock()
-		t := time.Now()
-		if !t.After(last) {
-			t = last.Add(time.Microsecond) // PostgreSQL keeps microseconds
-		}
-		last = t
-		return t
-	}
+	now := strictClock(time.Now)
 	rec, err := repair.New(repair.Config{Store: st, Engine: eng, Clusters: map[string]*kube.Cluster{"east": k},
 		Toleration: time.Hour, Resync: time.Hour, Workers: 1, Now: now})
 	if err != nil {

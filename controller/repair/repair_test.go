@@ -39,6 +39,26 @@ func (c *clock) Add(d time.Duration)             { c.mu.Lock(); c.t = c.t.Add(d)
 func newClock() *clock                           { return &clock{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)} }
 func (c *clock) since(d time.Duration) time.Time { return c.Now().Add(-d) }
 
+// strictClock is now made strictly increasing: a reading not after the
+// last one is the last plus a microsecond (PostgreSQL keeps microseconds),
+// so every reconcile stamps distinct, ordered times.
+func strictClock(now func() time.Time) func() time.Time {
+	var (
+		mu   sync.Mutex
+		last time.Time
+	)
+	return func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		t := now()
+		if !t.After(last) {
+			t = last.Add(time.Microsecond)
+		}
+		last = t
+		return t
+	}
+}
+
 type env struct {
 	st    *store.Store
 	k     *kube.Cluster

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fleetrepair/fleetrepair/web/profiling"
 )
 
 // benchFlags are BenchmarkLoad's -load.* flags (flags.go).
@@ -38,7 +40,8 @@ func BenchmarkLoad(b *testing.B) {
 	b.Cleanup(func() { f.Close() }) // after Run's own cleanups, which stop its progress lines
 	prog := io.MultiWriter(os.Stderr, f)
 	if *benchFlags.pprof != "" {
-		addr, err := ServePprof(*benchFlags.pprof)
+		// The harness's own pprof, for as long as the benchmark runs.
+		addr, err := profiling.Serve(b.Context(), *benchFlags.pprof, nil)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -12,8 +12,6 @@ import (
 	"sync"
 	"text/tabwriter"
 	"time"
-
-	"github.com/fleetrepair/fleetrepair/web/profiling"
 )
 
 // progress writes lines to Config.Progress as they happen (a benchmark's
@@ -116,12 +114,4 @@ func writeHeapProfile(dir string, now time.Time) (string, error) {
 		return "", fmt.Errorf("write heap profile: %w", err)
 	}
 	return path, nil
-}
-
-// ServePprof serves net/http/pprof on addr ("localhost:0": a free port) for
-// as long as the process runs, so a running harness can be profiled (`go
-// tool pprof http://ADDR/debug/pprof/heap`), and returns the address it
-// listens on.
-func ServePprof(addr string) (string, error) {
-	return profiling.Serve(context.Background(), addr, nil)
 }
